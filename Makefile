@@ -1,0 +1,43 @@
+# istrace top-level build. Each part has its own Makefile; this one ties them together.
+PYTHON ?= python3
+PARTS  := decoder initiator-gen kernel bpf scripts
+PREFIX ?= /usr/local
+DEPS_STAMP := .deps.stamp
+
+.PHONY: all deps build install test test-c test-py lint demo clean $(PARTS)
+
+all: build
+
+# Re-run the installer when it changes; it is idempotent and fast when nothing is missing.
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/deps.sh
+	bash scripts/deps.sh
+	@touch $@
+
+build: $(DEPS_STAMP) $(PARTS)
+
+# A part without a Makefile yet is skipped, so the tree builds while parts are being added.
+$(PARTS):
+	@if [ -f $@/Makefile ]; then $(MAKE) --no-print-directory -C $@; fi
+
+install: build
+	$(PYTHON) -m pip install -q --no-build-isolation -e .
+	@for p in $(PARTS); do if [ -f $$p/Makefile ]; then $(MAKE) --no-print-directory -C $$p install PREFIX=$(PREFIX) || exit 1; fi; done
+
+lint: $(DEPS_STAMP)
+	$(PYTHON) -m ruff check .
+
+test-c: build
+	@for p in $(PARTS); do if [ -f $$p/Makefile ]; then $(MAKE) --no-print-directory -C $$p test || exit 1; fi; done
+
+test-py: install
+	$(PYTHON) -m pytest -q tests
+
+test: lint test-c test-py
+
+demo: install
+	bash scripts/demo.sh
+
+clean:
+	@for p in $(PARTS); do if [ -f $$p/Makefile ]; then $(MAKE) --no-print-directory -C $$p clean; fi; done
+	rm -f $(DEPS_STAMP)

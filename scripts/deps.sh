@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every system and Python dependency istrace needs, idempotently.
+# Safe on a fresh Debian 12 machine as root; quick when everything is already there.
+set -euo pipefail
+
+APT_PACKAGES=(
+  build-essential clang llvm lld pkg-config
+  libpcap-dev libbpf-dev bpftool bpftrace libelf-dev zlib1g-dev linux-libc-dev
+  systemtap-sdt-dev libclang-rt-14-dev afl++ valgrind
+  tcpdump tshark tgt libiscsi-bin libiscsi-dev
+  iproute2 ethtool iputils-ping iperf3 psmisc procps jq
+)
+PIP_PACKAGES=(pandas matplotlib pyarrow ruff pytest pytest-timeout)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing apt packages: ${missing[*]}"
+  [ "$(id -u)" = 0 ] || { echo "deps: must run as root to install ${missing[*]}" >&2; exit 1; }
+  # wireshark-common asks whether non-root users may capture; answer it up front.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+pip_missing=()
+for p in "${PIP_PACKAGES[@]}"; do
+  mod=${p//-/_}
+  "$PY" -c "import ${mod}" 2>/dev/null || pip_missing+=("$p")
+done
+if ((${#pip_missing[@]})); then
+  echo "deps: installing pip packages: ${pip_missing[*]}"
+  "$PY" -m pip install -q "${pip_missing[@]}"
+fi
+echo "deps: all present"

@@ -1,0 +1,1 @@
+"""istrace command line: one entry, subcommands fronting every part."""
