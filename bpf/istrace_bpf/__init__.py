@@ -1,0 +1,1 @@
+"""istrace probes (user side) and the merger."""

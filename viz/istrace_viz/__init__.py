@@ -1,0 +1,1 @@
+"""istrace plots and reports."""
