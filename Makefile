@@ -20,8 +20,11 @@ build: $(DEPS_STAMP) $(PARTS)
 $(PARTS):
 	@if [ -f $@/Makefile ]; then $(MAKE) --no-print-directory -C $@; fi
 
+# Debian's python3 marks itself externally managed (PEP 668); istrace installs system-wide as root.
+PIP_FLAGS := $(shell $(PYTHON) -c 'import os,sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"),"EXTERNALLY-MANAGED")) else "")' 2>/dev/null)
+
 install: build
-	$(PYTHON) -m pip install -q --no-build-isolation -e .
+	$(PYTHON) -m pip install -q $(PIP_FLAGS) --no-build-isolation -e .
 	@for p in $(PARTS); do if [ -f $$p/Makefile ]; then $(MAKE) --no-print-directory -C $$p install PREFIX=$(PREFIX) || exit 1; fi; done
 
 lint: $(DEPS_STAMP)

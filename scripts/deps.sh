@@ -10,7 +10,7 @@ APT_PACKAGES=(
   tcpdump tshark tgt libiscsi-bin libiscsi-dev
   iproute2 ethtool iputils-ping iperf3 psmisc procps jq
 )
-PIP_PACKAGES=(pandas matplotlib pyarrow ruff pytest pytest-timeout)
+PIP_PACKAGES=(wheel pandas matplotlib pyarrow ruff pytest pytest-timeout)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -27,6 +27,15 @@ if ((${#missing[@]})); then
 fi
 
 PY=${PYTHON:-python3}
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+  echo "deps: installing python3-pip"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip python3-venv
+fi
+# Debian's own python3 refuses system-wide pip installs (PEP 668); this tool owns the machine.
+PIP_FLAGS=()
+if "$PY" -c 'import sys,sysconfig,os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"),"EXTERNALLY-MANAGED")) else 1)'; then
+  PIP_FLAGS+=(--break-system-packages)
+fi
 pip_missing=()
 for p in "${PIP_PACKAGES[@]}"; do
   mod=${p//-/_}
@@ -34,6 +43,6 @@ for p in "${PIP_PACKAGES[@]}"; do
 done
 if ((${#pip_missing[@]})); then
   echo "deps: installing pip packages: ${pip_missing[*]}"
-  "$PY" -m pip install -q "${pip_missing[@]}"
+  "$PY" -m pip install -q "${PIP_FLAGS[@]}" "${pip_missing[@]}"
 fi
 echo "deps: all present"
