@@ -1,0 +1,96 @@
+"""Figures and tables from CSVs (model-made data): `istrace reproduce X --plot-only`."""
+
+import csv
+
+from istrace_cli import repro_delay, repro_parallel, repro_sessions, repro_window, reproduce
+from istrace_cli import repro_model as m
+
+
+def _write(path, columns, rows):
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in columns} | {"status": "ok"})
+
+
+def _png_ok(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_delay_sweep_plot_and_factor(tmp_path, capsys):
+    rows = []
+    for txq, lower in ((256, 25.0), (4096, 40.0)):
+        for p in repro_delay.plan(quick=False):
+            if p["txqueuelen"] != txq:
+                continue
+            d = p["delay_ms"]
+            mbps = lower if p["series"] == "socket" else m.seq_read_throughput(
+                p["size"], d / 1e3, lower * m.MB) / m.MB
+            rows.append(p | {"mbps": mbps})
+    _write(tmp_path / "delay-sweep.csv", repro_delay.COLUMNS, rows)
+    assert reproduce.main(["delay-sweep", "--plot-only", "--out", str(tmp_path)]) == 0
+    _png_ok(tmp_path / "repro-delay-sweep.png")
+    out = capsys.readouterr().out
+    factor = (m.seq_read_throughput(4 << 20, 0.016, 40e6) / m.seq_read_throughput(
+        32 << 10, 0.016, 25e6))
+    assert f"at 16 ms: {factor:.1f}x" in out
+    table = (tmp_path / "delay-sweep-table.csv").read_text()
+    assert "model_mbps" in table.splitlines()[0]
+
+
+def test_parallel_plot(tmp_path, capsys):
+    rows = []
+    for p in repro_parallel.plan(quick=False):
+        q = min(p["queue_depth"], 128)  # the target's window caps the unlimited series
+        rows.append(p | {"tps": q / 0.033, "outstanding": q, "rtt_ms": 33.0})
+    _write(tmp_path / "parallel.csv", repro_parallel.COLUMNS, rows)
+    assert reproduce.main(["parallel", "--plot-only", "--out", str(tmp_path)]) == 0
+    _png_ok(tmp_path / "repro-parallel.png")
+    assert "lifting the limits: 64.0x" in capsys.readouterr().out
+
+
+def test_sessions_plot(tmp_path, capsys):
+    rows, search = [], []
+    for d in (10.0, 100.0):
+        per = m.seq_read_throughput(1 << 20, d / 1e3, 25e6, cycle_delays=2) / m.MB
+        for n in (1, 2, 4, 8, 16, 32):
+            rows.append({"delay_ms": d, "sessions": n, "mbps": min(25.0, n * per) - 0.01 * n})
+        for step, n in enumerate((13, 20, 8, 5), 1):
+            search.append({"delay_ms": d, "step": step, "sessions": n,
+                           "mbps": min(25.0, n * per) - 0.01 * n})
+    _write(tmp_path / "sessions.csv", repro_sessions.COLUMNS, rows)
+    with (tmp_path / "sessions-search.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["delay_ms", "step", "sessions", "mbps"])
+        w.writeheader()
+        w.writerows(search)
+    assert reproduce.main(["sessions", "--plot-only", "--out", str(tmp_path)]) == 0
+    _png_ok(tmp_path / "repro-sessions.png")
+    out = capsys.readouterr().out
+    assert "100 ms: 1 session" in out
+
+
+def test_window_plot(tmp_path, capsys):
+    rows = []
+    for p in repro_window.plan(quick=False):
+        rtt = 2 * p["delay_ms"] + 0.1
+        bound = m.window_bound(p["window"], rtt / 1e3) / m.MB
+        rows.append(p | {"mbps": min(bound * 0.9, 100.0), "bound_mbps": bound, "rtt_ms": rtt,
+                         "ratio": min(bound * 0.9, 100.0) / bound})
+    _write(tmp_path / "window.csv", repro_window.COLUMNS, rows)
+    assert reproduce.main(["window", "--plot-only", "--out", str(tmp_path)]) == 0
+    _png_ok(tmp_path / "repro-window.png")
+    assert "varying mss" in capsys.readouterr().out
+
+
+def test_plot_only_without_csv_is_a_clear_error(tmp_path, capsys):
+    assert reproduce.main(["window", "--plot-only", "--out", str(tmp_path / "none")]) == 1
+    assert "window.csv" in capsys.readouterr().err
+
+
+def test_bad_arguments():
+    import pytest
+    with pytest.raises(SystemExit):
+        reproduce.main(["nosuch"])
+    assert reproduce.main(["window", "--time", "0", "--plot-only"]) == 2
