@@ -1,0 +1,476 @@
+/* istrace-gen: options, then discovery, an iSCSI run, or the socket baseline. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include "crc32c.h"
+#include "gen.h"
+#include "io.h"
+#include "session.h"
+#include "sockbase.h"
+#include "stats.h"
+#include "util.h"
+
+static const char usage_text[] =
+	"usage: istrace-gen --portal HOST[:PORT] --target IQN [options]   iSCSI READ/WRITE load\n"
+	"       istrace-gen --portal HOST[:PORT] --discover                SendTargets discovery\n"
+	"       istrace-gen --serve [ADDR:]PORT                            socket baseline source\n"
+	"       istrace-gen --socket HOST:PORT --size 4M --time T [--stream] socket baseline\n"
+	"\n"
+	"target:   --portal, --target IQN, --lun N (default 1), --initiator-name IQN\n"
+	"auth:     --chap-user U --chap-secret S [--chap-target-user U --chap-target-secret S]\n"
+	"keys:     --header-digest none|crc32c, --data-digest none|crc32c, --mrdsl N (262144),\n"
+	"          --max-burst N (16776192), --first-burst N (262144), --immediate-data yes|no,\n"
+	"          --initial-r2t yes|no, --max-r2t N (1)   (ErrorRecoveryLevel is always 0)\n"
+	"workload: --size SIZE (bytes, k/M/G suffix = KiB/MiB/GiB, 'blk' suffix = blocks,\n"
+	"          'lun' = whole LUN; default 4M), --offset SIZE, --seq (default) | --random,\n"
+	"          --queue-depth N (1), --sessions S (1), --time SECONDS | --count N (default\n"
+	"          --time 10), --write, --verify, --verify-file PATH, --cdb16, --seed N\n"
+	"output:   --json (summary as one JSON object on stdout), --quiet (no progress lines)\n"
+	"faults:   --timeout SECONDS (10): a target silent this long ends the run\n"
+	"exit:     0 ok, 2 usage, 3 connect, 4 login refused, 5 protocol (Reject, bad PDU,\n"
+	"          digest), 6 SCSI status (CHECK CONDITION), 7 verify, 8 timeout,\n"
+	"          9 connection closed by target, 10 internal\n";
+
+static void usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "istrace-gen: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n(istrace-gen --help for the options)\n");
+	exit(EXIT_USAGE);
+}
+
+static uint32_t parse_u32(const char *s, const char *opt, uint32_t lo, uint32_t hi)
+{
+	uint64_t v;
+	int blk;
+	if (parse_size(s, &v, &blk) || blk || v < lo || v > hi) {
+		fprintf(stderr, "istrace-gen: %s wants a number in %u..%u, not '%s'\n", opt, lo, hi, s);
+		exit(EXIT_USAGE);
+	}
+	return (uint32_t)v;
+}
+
+static int parse_yesno(const char *s, const char *opt)
+{
+	if (!strcasecmp(s, "yes") || !strcmp(s, "1"))
+		return 1;
+	if (!strcasecmp(s, "no") || !strcmp(s, "0"))
+		return 0;
+	fprintf(stderr, "istrace-gen: %s wants yes or no, not '%s'\n", opt, s);
+	exit(EXIT_USAGE);
+}
+
+static int parse_digest(const char *s, const char *opt)
+{
+	if (!strcasecmp(s, "crc32c"))
+		return 1;
+	if (!strcasecmp(s, "none"))
+		return 0;
+	fprintf(stderr, "istrace-gen: %s wants none or crc32c, not '%s'\n", opt, s);
+	exit(EXIT_USAGE);
+}
+
+static double parse_seconds(const char *s, const char *opt)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || *end || !(v > 0) || v > 1e7) {
+		fprintf(stderr, "istrace-gen: %s wants a positive number of seconds, not '%s'\n", opt,
+			s);
+		exit(EXIT_USAGE);
+	}
+	return v;
+}
+
+enum {
+	O_PORTAL = 256, O_TARGET, O_LUN, O_INAME, O_DISCOVER, O_CHAP_USER, O_CHAP_SECRET,
+	O_CHAP_TUSER, O_CHAP_TSECRET, O_HD, O_DD, O_MRDSL, O_MAXBURST, O_FIRSTBURST, O_IMM,
+	O_IR2T, O_MAXR2T, O_SIZE, O_OFFSET, O_SEQ, O_RANDOM, O_QD, O_SESSIONS, O_TIME, O_COUNT,
+	O_WRITE, O_VERIFY, O_VERIFY_FILE, O_CDB16, O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_SOCKET,
+	O_SERVE, O_STREAM, O_HELP, O_SOFTCRC,
+};
+
+static const struct option long_opts[] = {
+	{"portal", required_argument, 0, O_PORTAL},
+	{"target", required_argument, 0, O_TARGET},
+	{"lun", required_argument, 0, O_LUN},
+	{"initiator-name", required_argument, 0, O_INAME},
+	{"discover", no_argument, 0, O_DISCOVER},
+	{"chap-user", required_argument, 0, O_CHAP_USER},
+	{"chap-secret", required_argument, 0, O_CHAP_SECRET},
+	{"chap-target-user", required_argument, 0, O_CHAP_TUSER},
+	{"chap-target-secret", required_argument, 0, O_CHAP_TSECRET},
+	{"header-digest", required_argument, 0, O_HD},
+	{"data-digest", required_argument, 0, O_DD},
+	{"mrdsl", required_argument, 0, O_MRDSL},
+	{"max-burst", required_argument, 0, O_MAXBURST},
+	{"first-burst", required_argument, 0, O_FIRSTBURST},
+	{"immediate-data", required_argument, 0, O_IMM},
+	{"initial-r2t", required_argument, 0, O_IR2T},
+	{"max-r2t", required_argument, 0, O_MAXR2T},
+	{"size", required_argument, 0, O_SIZE},
+	{"offset", required_argument, 0, O_OFFSET},
+	{"seq", no_argument, 0, O_SEQ},
+	{"random", no_argument, 0, O_RANDOM},
+	{"queue-depth", required_argument, 0, O_QD},
+	{"sessions", required_argument, 0, O_SESSIONS},
+	{"time", required_argument, 0, O_TIME},
+	{"count", required_argument, 0, O_COUNT},
+	{"write", no_argument, 0, O_WRITE},
+	{"verify", no_argument, 0, O_VERIFY},
+	{"verify-file", required_argument, 0, O_VERIFY_FILE},
+	{"cdb16", no_argument, 0, O_CDB16},
+	{"seed", required_argument, 0, O_SEED},
+	{"json", no_argument, 0, O_JSON},
+	{"quiet", no_argument, 0, O_QUIET},
+	{"timeout", required_argument, 0, O_TIMEOUT},
+	{"socket", required_argument, 0, O_SOCKET},
+	{"serve", required_argument, 0, O_SERVE},
+	{"stream", no_argument, 0, O_STREAM},
+	{"soft-crc", no_argument, 0, O_SOFTCRC},
+	{"help", no_argument, 0, O_HELP},
+	{0, 0, 0, 0},
+};
+
+static const char *size_arg, *offset_arg;
+static int soft_crc;
+
+static void parse_args(int argc, char **argv, struct gen_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->initiator_name = "iqn.2026-11.org.istrace:gen";
+	o->lun = 1;
+	o->mrdsl = 262144;
+	o->max_burst = 16776192;
+	o->first_burst = 262144;
+	o->max_r2t = 1;
+	o->immediate_data = 1;
+	o->initial_r2t = 0;
+	o->queue_depth = 1;
+	o->sessions = 1;
+	o->timeout_s = 10;
+	o->seed = 1;
+	size_arg = "4M";
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		switch (c) {
+		case O_PORTAL: o->portal = optarg; break;
+		case O_TARGET: o->target = optarg; break;
+		case O_LUN: o->lun = parse_u32(optarg, "--lun", 0, 16383); break;
+		case O_INAME: o->initiator_name = optarg; break;
+		case O_DISCOVER: o->discover = 1; break;
+		case O_CHAP_USER: o->chap_user = optarg; break;
+		case O_CHAP_SECRET: o->chap_secret = optarg; break;
+		case O_CHAP_TUSER: o->chap_target_user = optarg; break;
+		case O_CHAP_TSECRET: o->chap_target_secret = optarg; break;
+		case O_HD: o->header_digest = parse_digest(optarg, "--header-digest"); break;
+		case O_DD: o->data_digest = parse_digest(optarg, "--data-digest"); break;
+		case O_MRDSL: o->mrdsl = parse_u32(optarg, "--mrdsl", 512, 16777215); break;
+		case O_MAXBURST: o->max_burst = parse_u32(optarg, "--max-burst", 512, 16777215); break;
+		case O_FIRSTBURST:
+			o->first_burst = parse_u32(optarg, "--first-burst", 512, 16777215);
+			break;
+		case O_IMM: o->immediate_data = parse_yesno(optarg, "--immediate-data"); break;
+		case O_IR2T: o->initial_r2t = parse_yesno(optarg, "--initial-r2t"); break;
+		case O_MAXR2T: o->max_r2t = parse_u32(optarg, "--max-r2t", 1, 65535); break;
+		case O_SIZE: size_arg = optarg; break;
+		case O_OFFSET: offset_arg = optarg; break;
+		case O_SEQ: o->random = 0; break;
+		case O_RANDOM: o->random = 1; break;
+		case O_QD: o->queue_depth = parse_u32(optarg, "--queue-depth", 1, 4096); break;
+		case O_SESSIONS: o->sessions = parse_u32(optarg, "--sessions", 1, 256); break;
+		case O_TIME: o->time_s = parse_seconds(optarg, "--time"); break;
+		case O_COUNT: {
+			uint64_t v;
+			int blk;
+			if (parse_size(optarg, &v, &blk) || blk || v == 0)
+				usage_error("--count wants a positive number, not '%s'", optarg);
+			o->count = v;
+			break;
+		}
+		case O_WRITE: o->write = 1; break;
+		case O_VERIFY: o->verify = 1; break;
+		case O_VERIFY_FILE: o->verify_file = optarg; break;
+		case O_CDB16: o->force_cdb16 = 1; break;
+		case O_SEED: o->seed = parse_u32(optarg, "--seed", 0, 0xffffffffu); break;
+		case O_JSON: o->json = 1; break;
+		case O_QUIET: o->quiet = 1; break;
+		case O_TIMEOUT: o->timeout_s = parse_seconds(optarg, "--timeout"); break;
+		case O_SOCKET: o->socket_addr = optarg; break;
+		case O_SERVE: o->serve_addr = optarg; break;
+		case O_STREAM: o->stream = 1; break;
+		case O_SOFTCRC: soft_crc = 1; break;
+		case 'h':
+		case O_HELP: fputs(usage_text, stdout); exit(0);
+		default:
+			usage_error("unknown or incomplete option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		usage_error("unexpected argument '%s'", argv[optind]);
+	if (!o->time_s && !o->count)
+		o->time_s = 10;
+	if (o->serve_addr || o->socket_addr) {
+		int blk;
+		if (parse_size(size_arg, &o->size, &blk) || blk || o->size == 0 ||
+		    o->size > (1ull << 31))
+			usage_error("--size '%s' must be 1 byte .. 2G for the socket baseline",
+				    size_arg);
+		return;
+	}
+	if (!o->portal)
+		usage_error("%s", "--portal HOST[:PORT] is required");
+	if (o->discover)
+		return;
+	if (!o->target)
+		usage_error("%s", "--target IQN is required (find it with --discover)");
+	if ((o->chap_user == NULL) != (o->chap_secret == NULL))
+		usage_error("%s", "--chap-user and --chap-secret go together");
+	if ((o->chap_target_user == NULL) != (o->chap_target_secret == NULL) ||
+	    (o->chap_target_user && !o->chap_user))
+		usage_error("%s", "mutual CHAP needs --chap-user/--chap-secret and "
+				  "--chap-target-user/--chap-target-secret");
+	if (o->write && (o->verify || o->verify_file))
+		usage_error("%s", "--verify checks reads: write first, then read back with --verify");
+	if (o->first_burst > o->max_burst)
+		usage_error("%s", "--first-burst cannot exceed --max-burst");
+	if (!strcasecmp(size_arg, "lun")) {
+		o->size = 0;
+	} else {
+		int blk;
+		uint64_t v;
+		if (parse_size(size_arg, &v, &blk) || v == 0)
+			usage_error("bad --size '%s' (e.g. 512, 32k, 4M, 8blk, lun)", size_arg);
+		if (blk)
+			o->size_blocks = v;
+		else
+			o->size = v;
+	}
+	if (offset_arg) {
+		int blk;
+		if (parse_size(offset_arg, &o->offset, &blk))
+			usage_error("bad --offset '%s'", offset_arg);
+		o->offset_in_blocks = blk;
+	}
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	if (atomic_exchange(&g_stop, 1))
+		_exit(130); /* second ^C: leave now */
+}
+
+static void negotiated_json(const struct session *s, const struct run *r, char *out, size_t n)
+{
+	const struct negotiated *g = &s->neg;
+	snprintf(out, n,
+		 "\"size\": %llu, \"queue_depth\": %u, \"sessions\": %u, \"write\": %s, "
+		 "\"block_size\": %u, \"lun_blocks\": %llu, \"negotiated\": {\"HeaderDigest\": "
+		 "\"%s\", \"DataDigest\": \"%s\", \"MaxRecvDataSegmentLength\": %u, "
+		 "\"TargetMaxRecvDataSegmentLength\": %u, \"MaxBurstLength\": %u, "
+		 "\"FirstBurstLength\": %u, \"ImmediateData\": \"%s\", \"InitialR2T\": \"%s\", "
+		 "\"MaxOutstandingR2T\": %u, \"AuthMethod\": \"%s\"}",
+		 (unsigned long long)(r->xfer_blocks * r->block_size), r->o->queue_depth,
+		 r->o->sessions, r->o->write ? "true" : "false", r->block_size,
+		 (unsigned long long)s->lun_blocks, g->hdigest ? "CRC32C" : "None",
+		 g->ddigest ? "CRC32C" : "None", g->mrdsl_t2i, g->mrdsl_i2t, g->max_burst,
+		 g->first_burst, g->immediate_data ? "Yes" : "No", g->initial_r2t ? "Yes" : "No",
+		 g->max_r2t, g->auth);
+}
+
+/* Print the error and, if asked, a JSON summary with nothing measured. */
+static int fail_early(const struct gen_opts *o, const struct gen_err *e)
+{
+	fprintf(stderr, "istrace-gen: %s\n", e->msg);
+	if (o->json) {
+		printf("{\"mode\": \"iscsi\", \"bytes\": 0, \"commands\": 0, \"errors\": 1, "
+		       "\"exit\": %d, \"error\": ",
+		       e->code);
+		json_puts(stdout, e->msg);
+		printf("}\n");
+	}
+	return e->code ? e->code : EXIT_INTERNAL;
+}
+
+static int geometry(struct gen_opts *o, struct run *r, const struct session *s, struct gen_err *e)
+{
+	uint64_t bs = s->block_size;
+	r->block_size = s->block_size;
+	uint64_t off = o->offset;
+	if (o->offset_in_blocks)
+		off *= bs;
+	if (off % bs) {
+		err_set(e, EXIT_USAGE, "--offset %llu is not a multiple of the %llu byte block",
+			(unsigned long long)off, (unsigned long long)bs);
+		return -1;
+	}
+	r->first_lba = off / bs;
+	if (r->first_lba >= s->lun_blocks) {
+		err_set(e, EXIT_USAGE, "--offset %llu is beyond the LUN (%llu bytes)",
+			(unsigned long long)off, (unsigned long long)(s->lun_blocks * bs));
+		return -1;
+	}
+	uint64_t span = s->lun_blocks - r->first_lba;
+	uint64_t blocks;
+	if (o->size_blocks)
+		blocks = o->size_blocks;
+	else if (o->size == 0)
+		blocks = span;
+	else if (o->size % bs) {
+		err_set(e, EXIT_USAGE, "--size %llu is not a multiple of the %llu byte block",
+			(unsigned long long)o->size, (unsigned long long)bs);
+		return -1;
+	} else
+		blocks = o->size / bs;
+	if (blocks > span) {
+		err_set(e, EXIT_USAGE,
+			"--size of %llu blocks does not fit in the %llu blocks from the offset to the "
+			"end of the LUN",
+			(unsigned long long)blocks, (unsigned long long)span);
+		return -1;
+	}
+	if (blocks * bs > 0xffffffffull - bs) {
+		err_set(e, EXIT_USAGE, "--size %llu bytes is more than one SCSI command can carry",
+			(unsigned long long)(blocks * bs));
+		return -1;
+	}
+	if (blocks * bs * o->queue_depth * o->sessions > (8ull << 30)) {
+		err_set(e, EXIT_USAGE, "size x queue depth x sessions needs more than 8 GiB of "
+				       "buffers: lower one of them");
+		return -1;
+	}
+	r->xfer_blocks = blocks;
+	r->nchunks = span / blocks;
+	o->size = blocks * bs;
+	return 0;
+}
+
+static int run_iscsi(struct gen_opts *o)
+{
+	struct worker *ws = calloc(o->sessions, sizeof(*ws));
+	struct run *r = calloc(1, sizeof(*r));
+	struct stats *st = malloc(sizeof(*st));
+	if (!ws || !r || !st) {
+		fprintf(stderr, "istrace-gen: out of memory\n");
+		return EXIT_INTERNAL;
+	}
+	r->o = o;
+	r->st = st;
+	r->verify_fd = -1;
+	struct gen_err e = {0};
+	if (o->verify_file) {
+		r->verify_fd = open(o->verify_file, O_RDONLY | O_CLOEXEC);
+		if (r->verify_fd < 0) {
+			err_set(&e, EXIT_USAGE, "cannot open --verify-file %s", o->verify_file);
+			return fail_early(o, &e);
+		}
+	}
+	/* session 0 first: it learns the LUN geometry everything else depends on */
+	struct session *s0 = &ws[0].s;
+	if (session_open(s0, o, 0, 0, !o->quiet) < 0 || session_read_capacity(s0) < 0) {
+		int code = fail_early(o, &s0->c.err);
+		session_close(s0);
+		return code;
+	}
+	if (geometry(o, r, s0, &e) < 0) {
+		session_close(s0);
+		return fail_early(o, &e);
+	}
+	if (!o->quiet)
+		fprintf(stderr,
+			"LUN %llu: %llu blocks of %u bytes (%.1f MiB); %s %llu bytes per command, "
+			"%s, queue depth %u, %u session%s\n",
+			(unsigned long long)o->lun, (unsigned long long)s0->lun_blocks, s0->block_size,
+			(double)s0->lun_blocks * s0->block_size / 1048576.0,
+			o->write ? "WRITE" : "READ", (unsigned long long)o->size,
+			o->random ? "random" : "sequential", o->queue_depth, o->sessions,
+			o->sessions == 1 ? "" : "s");
+	stats_init(st);
+	pthread_barrier_init(&r->start, NULL, o->sessions + 1);
+	ws[0].opened = 1;
+	for (unsigned i = 0; i < o->sessions; i++) {
+		ws[i].run = r;
+		ws[i].idx = i;
+		if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i])) {
+			fprintf(stderr, "istrace-gen: cannot start a thread\n");
+			exit(EXIT_INTERNAL);
+		}
+	}
+	pthread_barrier_wait(&r->start);
+	st->t_start = st->t_last = now_ns();
+	uint64_t next = st->t_start + 1000000000ull;
+	while (atomic_load(&r->finished) < (int)o->sessions) {
+		usleep(10000);
+		uint64_t t = now_ns();
+		if (o->time_s > 0 && (double)(t - st->t_start) / 1e9 >= o->time_s)
+			atomic_store(&g_stop, 1);
+		if (t >= next) {
+			if (!o->quiet)
+				stats_progress(st);
+			next += 1000000000ull;
+		}
+	}
+	int code = 0;
+	const char *msg = NULL;
+	for (unsigned i = 0; i < o->sessions; i++) {
+		pthread_join(ws[i].th, NULL);
+		if (ws[i].s.c.err.code && !code) {
+			code = ws[i].s.c.err.code;
+			msg = ws[i].s.c.err.msg;
+			if (o->sessions > 1)
+				fprintf(stderr, "istrace-gen: session %u: %s\n", i, msg);
+			else
+				fprintf(stderr, "istrace-gen: %s\n", msg);
+		}
+	}
+	char extra[1024];
+	negotiated_json(s0, r, extra, sizeof(extra));
+	stats_summary(st, o->json, "iscsi", code, msg, extra);
+	for (unsigned i = 0; i < o->sessions; i++)
+		worker_free(&ws[i]);
+	return code;
+}
+
+static int run_discover(const struct gen_opts *o)
+{
+	struct session s;
+	int rc = session_open(&s, o, 0, 1, !o->quiet);
+	if (!rc)
+		rc = session_discover(&s, o->json);
+	int code = 0;
+	if (rc) {
+		code = s.c.err.code ? s.c.err.code : EXIT_INTERNAL;
+		fprintf(stderr, "istrace-gen: %s\n", s.c.err.msg);
+	}
+	session_close(&s);
+	return code;
+}
+
+int main(int argc, char **argv)
+{
+	struct gen_opts o;
+	parse_args(argc, argv, &o);
+	crc32c_init(soft_crc);
+	struct sigaction sa = {0};
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stderr, NULL, _IOLBF, 0);
+	if (o.serve_addr)
+		return sock_serve(&o);
+	if (o.socket_addr)
+		return sock_client(&o);
+	if (o.discover)
+		return run_discover(&o);
+	return run_iscsi(&o);
+}
