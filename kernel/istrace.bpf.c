@@ -1,0 +1,1016 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * istrace probes: every layer of an iSCSI path, one ring buffer, one record type
+ * (istrace_events.h).  The loader (bpf/istrace-probe.c) picks per hook the first
+ * variant that loads and attaches: tp_btf, then raw_tp (then kprobe for kernel
+ * functions), and disables the rest.  Each variant is a thin wrapper around one
+ * __always_inline handler, so the variants cannot drift apart.
+ *
+ * Filtering happens here, not in user space, so an untraced connection costs a
+ * few loads and a compare: TCP/net events by network namespace inode and iSCSI
+ * port; syscalls and user probes by traced tgid (pids map) or by the task's
+ * network namespace; block requests by device and by who queued the bio.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/usdt.bpf.h>
+#include "istrace_events.h"
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Set by the loader before load (read-only in the kernel, so the verifier prunes). */
+const volatile struct istrace_filter cfg = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20); /* resized by the loader (--ringbuf-mb) */
+} events SEC(".maps");
+
+/* Ring-buffer reservations that failed: events lost, per CPU, summed by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+/* tgids whose syscalls / user probes are traced. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ISTRACE_MAX_PIDS);
+	__type(key, __u32);
+	__type(value, __u8);
+} pids SEC(".maps");
+
+/* Syscall numbers worth tracing (filled by the loader: arch-specific numbers). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 512);
+	__type(key, __u32);
+	__type(value, __u8);
+} sys_wanted SEC(".maps");
+
+struct sys_start_val {
+	__u64 ts;
+	__u64 count;
+	__u32 nr;
+	__s32 fd;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tid */
+	__type(value, struct sys_start_val);
+} sys_start SEC(".maps");
+
+struct bio_key {
+	__u64 sector;
+	__u32 dev;
+	__u32 pad;
+};
+
+/* Sectors whose bio a traced task queued: their requests are the ones we follow. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct bio_key);
+	__type(value, __u8);
+} bio_wanted SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64); /* struct request * */
+	__type(value, __u64);
+} rq_start SEC(".maps");
+
+/* tgtd: target_cmd_queue time per (tgid, tag), closed by target_cmd_io_done. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, __u64);
+} tgt_start SEC(".maps");
+
+/* libiscsi: the scsi_task pointer between entry and return of iscsi_scsi_command_async. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u64);
+} lib_task SEC(".maps");
+
+/* ---------------------------------------------------------------- helpers */
+
+static __always_inline struct istrace_event *ev_new(__u32 type)
+{
+	struct istrace_event *e;
+	__u64 id;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__u32 k = 0;
+		__u64 *n = bpf_map_lookup_elem(&lost, &k);
+
+		if (n)
+			*n += 1;
+		return NULL;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	id = bpf_get_current_pid_tgid();
+	e->ts_ns = bpf_ktime_get_ns();
+	e->type = type;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	return e;
+}
+
+static __always_inline __u32 current_netns(void)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+
+	return BPF_CORE_READ(t, nsproxy, net_ns, ns.inum);
+}
+
+/* Syscalls and user-space probes: traced tgid, or any task in the traced netns. */
+static __always_inline bool task_wanted(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (tgid == cfg.self_pid)
+		return false;
+	if (cfg.any_task || bpf_map_lookup_elem(&pids, &tgid))
+		return true;
+	return cfg.netns_tasks && cfg.netns && current_netns() == cfg.netns;
+}
+
+static __always_inline bool ports_wanted(__u16 sport, __u16 dport)
+{
+	return !cfg.port || sport == cfg.port || dport == cfg.port;
+}
+
+static __always_inline bool sock_wanted(const struct sock *sk)
+{
+	__u16 family;
+
+	if (!sk)
+		return false;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6)
+		return false;
+	if (cfg.netns && BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) != cfg.netns)
+		return false;
+	return ports_wanted(BPF_CORE_READ(sk, __sk_common.skc_num),
+			    bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport)));
+}
+
+static __always_inline void fill_conn(struct istrace_event *e, const struct sock *sk,
+				      __u64 cookie)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+
+	e->family = family;
+	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	e->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	if (family == AF_INET) {
+		BPF_CORE_READ_INTO(e->saddr, sk, __sk_common.skc_rcv_saddr);
+		BPF_CORE_READ_INTO(e->daddr, sk, __sk_common.skc_daddr);
+	} else {
+		BPF_CORE_READ_INTO(e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+	/* Cookies are made lazily: a socket nobody asked about still reads 0 here. */
+	e->cookie = cookie ? cookie : BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+	e->flags |= F_CONN;
+}
+
+static __always_inline void fill_cwnd(struct istrace_event *e, const struct sock *sk)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	const struct inet_connection_sock *icsk = (const struct inet_connection_sock *)sk;
+	__u32 out = BPF_CORE_READ(tp, packets_out);
+	__u32 left = BPF_CORE_READ(tp, sacked_out) + BPF_CORE_READ(tp, lost_out);
+
+	e->cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	e->ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+	/* tcp_sock keeps srtt_us scaled by 8; the tcp_probe tracepoint's `srtt`
+	 * field is this value >> 3 already.  We read the socket, so shift once. */
+	e->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+	e->snd_wnd = BPF_CORE_READ(tp, snd_wnd);
+	e->rwnd = BPF_CORE_READ(tp, rcv_wnd);
+	/* tcp_packets_in_flight() */
+	e->inflight = (out > left ? out - left : 0) + BPF_CORE_READ(tp, retrans_out);
+	e->seq = BPF_CORE_READ(tp, snd_nxt);
+	e->ack = BPF_CORE_READ(tp, snd_una);
+	e->ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+	e->flags |= F_CWND | F_SEQ | F_ACK | F_CA;
+}
+
+static __always_inline __u32 be32(const __u8 *b)
+{
+	return ((__u32)b[0] << 24) | ((__u32)b[1] << 16) | ((__u32)b[2] << 8) | b[3];
+}
+
+/* LBA and transfer length (blocks) of READ/WRITE/VERIFY 6/10/12/16 CDBs. */
+static __always_inline void fill_cdb(struct istrace_event *e, const __u8 *c)
+{
+	__u8 op = c[0];
+
+	e->opcode = op;
+	e->flags |= F_OPCODE;
+	switch (op) {
+	case 0x08: case 0x0a: /* READ(6), WRITE(6) */
+		e->lba = ((__u32)(c[1] & 0x1f) << 16) | ((__u32)c[2] << 8) | c[3];
+		e->flags |= F_LBA;
+		break;
+	case 0x28: case 0x2a: case 0x2f: /* READ(10), WRITE(10), VERIFY(10) */
+	case 0xa8: case 0xaa: /* READ(12), WRITE(12) */
+		e->lba = be32(c + 2);
+		e->flags |= F_LBA;
+		break;
+	case 0x88: case 0x8a: case 0x8f: /* READ(16), WRITE(16), VERIFY(16) */
+		e->lba = ((__u64)be32(c + 2) << 32) | be32(c + 6);
+		e->flags |= F_LBA;
+		break;
+	}
+}
+
+/* ---------------------------------------------------------------- TCP */
+
+static __always_inline int on_tcp_probe(struct sock *sk, __u64 cookie)
+{
+	struct istrace_event *e;
+
+	if (!sock_wanted(sk))
+		return 0;
+	e = ev_new(EV_TCP_PROBE);
+	if (!e)
+		return 0;
+	fill_conn(e, sk, cookie);
+	fill_cwnd(e, sk);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(tcp_probe_btf, struct sock *sk, const struct sk_buff *skb)
+{
+	return on_tcp_probe(sk, bpf_get_socket_cookie(sk));
+}
+
+SEC("raw_tp/tcp_probe")
+int BPF_PROG(tcp_probe_raw, struct sock *sk, const struct sk_buff *skb)
+{
+	return on_tcp_probe(sk, 0);
+}
+
+static __always_inline int on_cong_state(struct sock *sk, __u8 state, __u64 cookie)
+{
+	struct istrace_event *e;
+
+	if (!sock_wanted(sk))
+		return 0;
+	e = ev_new(EV_CONG_STATE);
+	if (!e)
+		return 0;
+	fill_conn(e, sk, cookie);
+	fill_cwnd(e, sk);
+	/* The tracepoint fires before icsk_ca_state is updated: old state is in the socket. */
+	e->reason = e->ca_state;
+	e->ca_state = state;
+	e->flags |= F_REASON;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(cong_state_btf, struct sock *sk, __u8 state)
+{
+	return on_cong_state(sk, state, bpf_get_socket_cookie(sk));
+}
+
+SEC("raw_tp/tcp_cong_state_set")
+int BPF_PROG(cong_state_raw, struct sock *sk, __u8 state)
+{
+	return on_cong_state(sk, state, 0);
+}
+
+static __always_inline int on_retransmit(const struct sock *sk, const struct sk_buff *skb,
+					 __u64 cookie)
+{
+	struct istrace_event *e;
+	__u32 seqs[2] = {}; /* struct tcp_skb_cb starts with seq, end_seq */
+
+	if (!sock_wanted(sk))
+		return 0;
+	e = ev_new(EV_RETRANSMIT);
+	if (!e)
+		return 0;
+	fill_conn(e, sk, cookie);
+	fill_cwnd(e, sk);
+	bpf_core_read(seqs, sizeof(seqs), &skb->cb);
+	e->seq = seqs[0];
+	e->bytes = seqs[1] - seqs[0];
+	e->flags |= F_BYTES;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(retransmit_btf, const struct sock *sk, const struct sk_buff *skb)
+{
+	return on_retransmit(sk, skb, bpf_get_socket_cookie((void *)sk));
+}
+
+SEC("raw_tp/tcp_retransmit_skb")
+int BPF_PROG(retransmit_raw, const struct sock *sk, const struct sk_buff *skb)
+{
+	return on_retransmit(sk, skb, 0);
+}
+
+static __always_inline int on_sock_state(const struct sock *sk, int old, int new, __u64 cookie)
+{
+	struct istrace_event *e;
+
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || !sock_wanted(sk))
+		return 0;
+	e = ev_new(EV_SOCK_STATE);
+	if (!e)
+		return 0;
+	fill_conn(e, sk, cookie);
+	e->reason = old;
+	e->ca_state = new;
+	e->flags |= F_REASON;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(sock_state_btf, const struct sock *sk, int old, int new)
+{
+	return on_sock_state(sk, old, new, bpf_get_socket_cookie((void *)sk));
+}
+
+SEC("raw_tp/inet_sock_set_state")
+int BPF_PROG(sock_state_raw, const struct sock *sk, int old, int new)
+{
+	return on_sock_state(sk, old, new, 0);
+}
+
+static __always_inline int on_rcv_space(struct sock *sk, __u64 cookie)
+{
+	struct istrace_event *e;
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+
+	if (!sock_wanted(sk))
+		return 0;
+	e = ev_new(EV_RCV_SPACE);
+	if (!e)
+		return 0;
+	fill_conn(e, sk, cookie);
+	e->rwnd = BPF_CORE_READ(tp, rcvq_space.space);
+	e->bytes = BPF_CORE_READ(sk, sk_rcvbuf);
+	e->flags |= F_RWND | F_BYTES;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_rcv_space_adjust")
+int BPF_PROG(rcv_space_btf, struct sock *sk)
+{
+	return on_rcv_space(sk, bpf_get_socket_cookie(sk));
+}
+
+SEC("raw_tp/tcp_rcv_space_adjust")
+int BPF_PROG(rcv_space_raw, struct sock *sk)
+{
+	return on_rcv_space(sk, 0);
+}
+
+/* ---------------------------------------------------------------- net: drops, qdisc */
+
+/* A dropped skb without a socket (e.g. on receive): take the ports from its headers. */
+static __always_inline bool skb_headers(struct istrace_event *e, const struct sk_buff *skb)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 nh = BPF_CORE_READ(skb, network_header);
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	__u16 ports[2] = {};
+	__u8 vhl = 0, l4 = 0;
+	__u32 thoff;
+
+	if (proto == ETH_P_IP) {
+		bpf_probe_read_kernel(&vhl, 1, head + nh);
+		bpf_probe_read_kernel(&l4, 1, head + nh + 9);
+		if (l4 != IPPROTO_TCP)
+			return false;
+		bpf_probe_read_kernel(e->saddr, 4, head + nh + 12);
+		bpf_probe_read_kernel(e->daddr, 4, head + nh + 16);
+		thoff = nh + (vhl & 0xf) * 4;
+		e->family = AF_INET;
+	} else if (proto == ETH_P_IPV6) {
+		bpf_probe_read_kernel(&l4, 1, head + nh + 6);
+		if (l4 != IPPROTO_TCP) /* extension headers: not followed */
+			return false;
+		bpf_probe_read_kernel(e->saddr, 16, head + nh + 8);
+		bpf_probe_read_kernel(e->daddr, 16, head + nh + 24);
+		thoff = nh + 40;
+		e->family = AF_INET6;
+	} else {
+		return false;
+	}
+	bpf_probe_read_kernel(ports, sizeof(ports), head + thoff);
+	e->sport = bpf_ntohs(ports[0]);
+	e->dport = bpf_ntohs(ports[1]);
+	e->flags |= F_CONN;
+	return ports_wanted(e->sport, e->dport);
+}
+
+static __always_inline int on_kfree_skb(struct sk_buff *skb, __u32 reason)
+{
+	struct istrace_event *e;
+	struct sock *sk = BPF_CORE_READ(skb, sk);
+	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	__u32 ns;
+
+	if (sk) {
+		if (!sock_wanted(sk))
+			return 0;
+	} else {
+		if (!dev)
+			return 0;
+		ns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
+		if (cfg.netns && ns != cfg.netns)
+			return 0;
+	}
+	e = ev_new(EV_SKB_DROP);
+	if (!e)
+		return 0;
+	if (sk) {
+		fill_conn(e, sk, 0);
+	} else if (!skb_headers(e, skb)) {
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	if (dev) {
+		e->dev = BPF_CORE_READ(dev, ifindex);
+		e->flags |= F_DEV;
+	}
+	e->bytes = BPF_CORE_READ(skb, len);
+	e->reason = reason;
+	e->flags |= F_REASON | F_BYTES;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(kfree_skb_btf, struct sk_buff *skb, void *location, int reason)
+{
+	return on_kfree_skb(skb, reason);
+}
+
+SEC("raw_tp/kfree_skb")
+int BPF_PROG(kfree_skb_raw, struct sk_buff *skb, void *location, int reason)
+{
+	return on_kfree_skb(skb, reason);
+}
+
+static __always_inline int on_qdisc_enqueue(struct Qdisc *q, struct sk_buff *skb)
+{
+	struct istrace_event *e;
+	struct sock *sk = BPF_CORE_READ(skb, sk);
+	__u32 qlen;
+
+	if (!sock_wanted(sk))
+		return 0;
+	qlen = BPF_CORE_READ(q, q.qlen);
+	if (!qlen) /* nothing waits: no local queueing to report */
+		return 0;
+	e = ev_new(EV_QDISC_ENQUEUE);
+	if (!e)
+		return 0;
+	fill_conn(e, sk, 0);
+	e->reason = qlen;
+	e->bytes = BPF_CORE_READ(q, qstats.backlog);
+	e->dev = BPF_CORE_READ(q, dev_queue, dev, ifindex);
+	e->flags |= F_REASON | F_BYTES | F_DEV;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/qdisc_enqueue")
+int BPF_PROG(qdisc_enqueue_btf, struct Qdisc *q, const struct netdev_queue *txq,
+	     struct sk_buff *skb)
+{
+	return on_qdisc_enqueue(q, skb);
+}
+
+SEC("raw_tp/qdisc_enqueue")
+int BPF_PROG(qdisc_enqueue_raw, struct Qdisc *q, const struct netdev_queue *txq,
+	     struct sk_buff *skb)
+{
+	return on_qdisc_enqueue(q, skb);
+}
+
+/* ---------------------------------------------------------------- block */
+
+static __always_inline __u32 disk_dev(struct gendisk *d)
+{
+	/* dev_t as the kernel encodes it (MKDEV: major << 20 | minor) */
+	return ((__u32)BPF_CORE_READ(d, major) << 20) | (__u32)BPF_CORE_READ(d, first_minor);
+}
+
+static __always_inline int on_bio(struct bio *bio, __u32 type, __u32 extra)
+{
+	struct istrace_event *e;
+	struct bio_key k = {};
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	k.dev = disk_dev(BPF_CORE_READ(bio, bi_bdev, bd_disk));
+	if (cfg.block_dev && k.dev != cfg.block_dev)
+		return 0;
+	if (cfg.block_by_pid && !bpf_map_lookup_elem(&pids, &tgid) &&
+	    !(cfg.netns_tasks && cfg.netns && current_netns() == cfg.netns))
+		return 0;
+	k.sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
+	if (type == EV_BIO_QUEUE) {
+		__u8 one = 1;
+
+		bpf_map_update_elem(&bio_wanted, &k, &one, BPF_ANY);
+	}
+	e = ev_new(type);
+	if (!e)
+		return 0;
+	e->dev = k.dev;
+	e->lba = k.sector;
+	e->bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
+	e->opcode = BPF_CORE_READ(bio, bi_opf) & 0xff; /* REQ_OP_READ 0, WRITE 1 */
+	e->reason = extra;
+	e->flags |= F_DEV | F_LBA | F_BYTES | F_OPCODE | F_REASON;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(bio_queue_btf, struct bio *bio) { return on_bio(bio, EV_BIO_QUEUE, 0); }
+SEC("raw_tp/block_bio_queue")
+int BPF_PROG(bio_queue_raw, struct bio *bio) { return on_bio(bio, EV_BIO_QUEUE, 0); }
+/* reason = the sector where the bio was split */
+SEC("tp_btf/block_split")
+int BPF_PROG(bio_split_btf, struct bio *bio, unsigned int at) { return on_bio(bio, EV_BIO_SPLIT, at); }
+SEC("raw_tp/block_split")
+int BPF_PROG(bio_split_raw, struct bio *bio, unsigned int at) { return on_bio(bio, EV_BIO_SPLIT, at); }
+/* reason = 0 back merge, 1 front merge */
+SEC("tp_btf/block_bio_backmerge")
+int BPF_PROG(bio_backmerge_btf, struct bio *bio) { return on_bio(bio, EV_BIO_MERGE, 0); }
+SEC("raw_tp/block_bio_backmerge")
+int BPF_PROG(bio_backmerge_raw, struct bio *bio) { return on_bio(bio, EV_BIO_MERGE, 0); }
+SEC("tp_btf/block_bio_frontmerge")
+int BPF_PROG(bio_frontmerge_btf, struct bio *bio) { return on_bio(bio, EV_BIO_MERGE, 1); }
+SEC("raw_tp/block_bio_frontmerge")
+int BPF_PROG(bio_frontmerge_raw, struct bio *bio) { return on_bio(bio, EV_BIO_MERGE, 1); }
+
+static __always_inline int on_rq_issue(struct request *rq)
+{
+	struct istrace_event *e;
+	struct bio_key k = {};
+	__u64 key = (__u64)rq, now;
+
+	k.dev = disk_dev(BPF_CORE_READ(rq, q, disk));
+	if (cfg.block_dev && k.dev != cfg.block_dev)
+		return 0;
+	k.sector = BPF_CORE_READ(rq, __sector);
+	/* Requests are issued from whatever context runs the queue: follow those
+	 * whose first bio a traced task queued. */
+	if (cfg.block_by_pid && !bpf_map_lookup_elem(&bio_wanted, &k))
+		return 0;
+	e = ev_new(EV_RQ_ISSUE);
+	if (!e)
+		return 0;
+	now = e->ts_ns;
+	bpf_map_update_elem(&rq_start, &key, &now, BPF_ANY);
+	e->dev = k.dev;
+	e->lba = k.sector;
+	e->bytes = BPF_CORE_READ(rq, __data_len);
+	e->opcode = BPF_CORE_READ(rq, cmd_flags) & 0xff;
+	e->flags |= F_DEV | F_LBA | F_BYTES | F_OPCODE;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+static __always_inline int on_rq_complete(struct request *rq, int error, unsigned int nr_bytes)
+{
+	struct istrace_event *e;
+	__u64 key = (__u64)rq, *start;
+
+	start = bpf_map_lookup_elem(&rq_start, &key);
+	if (!start)
+		return 0;
+	e = ev_new(EV_RQ_COMPLETE);
+	if (!e) {
+		bpf_map_delete_elem(&rq_start, &key);
+		return 0;
+	}
+	e->lat_ns = e->ts_ns - *start;
+	bpf_map_delete_elem(&rq_start, &key);
+	e->dev = disk_dev(BPF_CORE_READ(rq, q, disk));
+	e->lba = BPF_CORE_READ(rq, __sector);
+	e->bytes = nr_bytes;
+	e->opcode = BPF_CORE_READ(rq, cmd_flags) & 0xff;
+	e->status = error;
+	e->flags |= F_DEV | F_LBA | F_BYTES | F_OPCODE | F_LAT | F_STATUS;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(rq_issue_btf, struct request *rq) { return on_rq_issue(rq); }
+SEC("raw_tp/block_rq_issue")
+int BPF_PROG(rq_issue_raw, struct request *rq) { return on_rq_issue(rq); }
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(rq_complete_btf, struct request *rq, int error, unsigned int nr_bytes)
+{
+	return on_rq_complete(rq, error, nr_bytes);
+}
+SEC("raw_tp/block_rq_complete")
+int BPF_PROG(rq_complete_raw, struct request *rq, int error, unsigned int nr_bytes)
+{
+	return on_rq_complete(rq, error, nr_bytes);
+}
+
+/* ---------------------------------------------------------------- syscalls */
+
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
+{
+	struct sys_start_val v = {};
+	struct istrace_event *e;
+	__u32 nr = id, tid;
+	__u8 *want;
+
+	if (id < 0 || id >= 512)
+		return 0;
+	want = bpf_map_lookup_elem(&sys_wanted, &nr);
+	if (!want || !*want || !task_wanted())
+		return 0;
+	tid = (__u32)bpf_get_current_pid_tgid();
+	v.nr = nr;
+	v.fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
+	/* read/write/pread/recvfrom/sendto: 3rd arg is the size; readv/writev: iovcnt;
+	 * io_uring_enter: to_submit.  The loader names which. */
+	v.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	if (*want == 2) /* io_uring_enter(fd, to_submit, ...) */
+		v.count = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	e = ev_new(EV_SYS_ENTER);
+	if (!e)
+		return 0;
+	v.ts = e->ts_ns;
+	bpf_map_update_elem(&sys_start, &tid, &v, BPF_ANY);
+	e->reason = nr;
+	e->status = v.fd;
+	e->bytes = v.count;
+	e->flags |= F_REASON | F_BYTES | F_STATUS;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+static __always_inline int on_sys_exit(long ret)
+{
+	struct sys_start_val *v;
+	struct istrace_event *e;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	v = bpf_map_lookup_elem(&sys_start, &tid);
+	if (!v)
+		return 0;
+	e = ev_new(EV_SYS_EXIT);
+	if (e) {
+		e->reason = v->nr;
+		e->lat_ns = e->ts_ns - v->ts;
+		e->bytes = ret > 0 ? ret : 0;
+		e->status = ret < -0x7fffffffL ? -0x7fffffff : (ret > 0x7fffffffL ? 0x7fffffff : ret);
+		e->flags |= F_REASON | F_BYTES | F_STATUS | F_LAT;
+		bpf_ringbuf_submit(e, 0);
+	}
+	bpf_map_delete_elem(&sys_start, &tid);
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id) { return on_sys_enter(regs, id); }
+SEC("raw_tp/sys_enter")
+int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id) { return on_sys_enter(regs, id); }
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return on_sys_exit(ret); }
+SEC("raw_tp/sys_exit")
+int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return on_sys_exit(ret); }
+
+/* ---------------------------------------------------------------- SCSI / iSCSI, kernel */
+/*
+ * None of these types exist on a kernel without SCSI/iSCSI/LIO (like the test
+ * machine): the local "___istrace" flavours relocate against vmlinux or module
+ * BTF where they do, and on a kernel without them the program fails to load and
+ * the loader reports the hook as not available.
+ */
+struct scsi_cmnd___istrace {
+	unsigned char cmnd[32]; /* an array since 5.19; a pointer before (not handled) */
+	struct {
+		unsigned int length;
+	} sdb;
+	int result;
+} __attribute__((preserve_access_index));
+
+struct se_cmd___istrace {
+	__u64 tag;
+	unsigned char *t_task_cdb;
+	__u32 data_length;
+	__u8 scsi_status;
+} __attribute__((preserve_access_index));
+
+static __always_inline int on_scsi_cmnd(void *cmd, __u32 type)
+{
+	struct scsi_cmnd___istrace *sc = cmd;
+	struct istrace_event *e;
+	__u8 cdb[16] = {};
+
+	if (bpf_core_field_size(sc->cmnd) != 32)
+		return 0;
+	e = ev_new(type);
+	if (!e)
+		return 0;
+	bpf_core_read(cdb, sizeof(cdb), &sc->cmnd);
+	fill_cdb(e, cdb);
+	e->bytes = BPF_CORE_READ(sc, sdb.length);
+	e->status = BPF_CORE_READ(sc, result);
+	e->flags |= F_BYTES | F_STATUS;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("raw_tp/scsi_dispatch_cmd_start")
+int BPF_PROG(scsi_start_raw, void *cmd) { return on_scsi_cmnd(cmd, EV_SCSI_DISPATCH); }
+SEC("raw_tp/scsi_dispatch_cmd_done")
+int BPF_PROG(scsi_done_raw, void *cmd) { return on_scsi_cmnd(cmd, EV_SCSI_DONE); }
+
+/* libiscsi (kernel initiator): queuecommand(struct Scsi_Host *, struct scsi_cmnd *) */
+SEC("kprobe/iscsi_queuecommand")
+int BPF_KPROBE(kiscsi_queue_kp, void *shost, void *sc) { return on_scsi_cmnd(sc, EV_KISCSI_QUEUE); }
+
+/* iscsi_complete_pdu(conn, struct iscsi_hdr *hdr, data, datalen): wire-format BHS */
+SEC("kprobe/iscsi_complete_pdu")
+int BPF_KPROBE(kiscsi_pdu_kp, void *conn, void *hdr)
+{
+	struct istrace_event *e;
+	__u8 bhs[20] = {};
+
+	if (bpf_probe_read_kernel(bhs, sizeof(bhs), hdr))
+		return 0;
+	e = ev_new(EV_KISCSI_PDU);
+	if (!e)
+		return 0;
+	e->opcode = bhs[0] & 0x3f;
+	e->bytes = ((__u32)bhs[5] << 16) | ((__u32)bhs[6] << 8) | bhs[7];
+	e->itt = be32(bhs + 16);
+	e->flags |= F_OPCODE | F_BYTES | F_ITT;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* LIO: se_cmd.tag holds the ITT as received (network byte order). */
+static __always_inline int on_se_cmd(void *cmd, __u32 type)
+{
+	struct se_cmd___istrace *c = cmd;
+	struct istrace_event *e;
+	__u8 cdb[16] = {};
+
+	e = ev_new(type);
+	if (!e)
+		return 0;
+	bpf_probe_read_kernel(cdb, sizeof(cdb), BPF_CORE_READ(c, t_task_cdb));
+	fill_cdb(e, cdb);
+	e->itt = bpf_ntohl((__u32)BPF_CORE_READ(c, tag));
+	e->bytes = BPF_CORE_READ(c, data_length);
+	e->status = BPF_CORE_READ(c, scsi_status);
+	e->flags |= F_ITT | F_BYTES | F_STATUS;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("raw_tp/target_sequencer_start")
+int BPF_PROG(lio_start_raw, void *cmd) { return on_se_cmd(cmd, EV_LIO_CMD_START); }
+SEC("raw_tp/target_cmd_complete")
+int BPF_PROG(lio_done_raw, void *cmd) { return on_se_cmd(cmd, EV_LIO_CMD_DONE); }
+
+/* ---------------------------------------------------------------- USDT: istrace gen */
+
+static __always_inline int on_usdt(__u32 type, long itt, long lba, long bytes, long status,
+				   bool has_status)
+{
+	struct istrace_event *e;
+
+	if (!task_wanted())
+		return 0;
+	e = ev_new(type);
+	if (!e)
+		return 0;
+	e->itt = itt;
+	e->lba = lba;
+	e->bytes = bytes;
+	e->flags |= F_ITT | F_LBA | F_BYTES;
+	if (has_status) {
+		e->status = status;
+		e->flags |= F_STATUS;
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(usdt_cmd_issue, long itt, long lba, long bytes)
+{
+	return on_usdt(EV_USDT_ISSUE, itt, lba, bytes, 0, false);
+}
+
+SEC("usdt")
+int BPF_USDT(usdt_cmd_first_data, long itt, long lba, long bytes)
+{
+	return on_usdt(EV_USDT_FIRST_DATA, itt, lba, bytes, 0, false);
+}
+
+SEC("usdt")
+int BPF_USDT(usdt_cmd_done, long itt, long lba, long bytes, long status)
+{
+	return on_usdt(EV_USDT_DONE, itt, lba, bytes, status, true);
+}
+
+/* ---------------------------------------------------------------- uprobes: tgtd */
+/* Offsets of tgt's private structs come from cfg (see docs/probes.md). */
+
+static __always_inline int on_tgt_cmd(void *cmd, __u32 type, int result)
+{
+	struct istrace_event *e;
+	__u8 cdb[16] = {};
+	__u64 tag = 0, now, key, *start;
+	void *scb = NULL;
+	__u32 dir = 0, len = 0;
+
+	if (!cmd || !task_wanted())
+		return 0;
+	bpf_probe_read_user(&tag, sizeof(tag), cmd + cfg.tgt_cmd_tag);
+	bpf_probe_read_user(&scb, sizeof(scb), cmd + cfg.tgt_cmd_scb);
+	bpf_probe_read_user(&dir, sizeof(dir), cmd + cfg.tgt_cmd_dir);
+	/* DATA_WRITE = 1: the expected length is in out_sdb, otherwise in in_sdb */
+	bpf_probe_read_user(&len, sizeof(len),
+			    cmd + (dir == 1 ? cfg.tgt_cmd_out_len : cfg.tgt_cmd_in_len));
+	if (scb)
+		bpf_probe_read_user(cdb, sizeof(cdb), scb);
+	e = ev_new(type);
+	if (!e)
+		return 0;
+	now = e->ts_ns;
+	fill_cdb(e, cdb);
+	e->itt = bpf_ntohl((__u32)tag);
+	e->bytes = len;
+	e->flags |= F_ITT | F_BYTES;
+	key = ((__u64)e->pid << 32) | e->itt;
+	if (type == EV_TGT_QUEUE) {
+		bpf_map_update_elem(&tgt_start, &key, &now, BPF_ANY);
+	} else if (type == EV_TGT_IO_DONE) {
+		start = bpf_map_lookup_elem(&tgt_start, &key);
+		if (start) {
+			e->lat_ns = now - *start;
+			e->flags |= F_LAT;
+			bpf_map_delete_elem(&tgt_start, &key);
+		}
+	}
+	if (type == EV_TGT_IO_DONE) {
+		e->status = result;
+		e->flags |= F_STATUS;
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* int target_cmd_queue(int tid, struct scsi_cmd *cmd) */
+SEC("uprobe")
+int BPF_KPROBE(tgt_cmd_queue, int tid, void *cmd) { return on_tgt_cmd(cmd, EV_TGT_QUEUE, 0); }
+
+/* int bs_thread_cmd_submit(struct scsi_cmd *cmd) */
+SEC("uprobe")
+int BPF_KPROBE(tgt_bs_submit, void *cmd) { return on_tgt_cmd(cmd, EV_TGT_BS_SUBMIT, 0); }
+
+/* void target_cmd_io_done(struct scsi_cmd *cmd, int result) */
+SEC("uprobe")
+int BPF_KPROBE(tgt_io_done, void *cmd, int result)
+{
+	return on_tgt_cmd(cmd, EV_TGT_IO_DONE, result);
+}
+
+/* int iscsi_scsi_cmd_execute(struct iscsi_task *task) */
+SEC("uprobe")
+int BPF_KPROBE(tgt_execute, void *task)
+{
+	struct istrace_event *e;
+	__u8 cdb[16] = {};
+	__u32 itt = 0, len = 0;
+	void *scmd = task + cfg.tgt_task_scmd;
+	void *scb = NULL;
+
+	if (!task || !task_wanted())
+		return 0;
+	bpf_probe_read_user(&itt, sizeof(itt), task + cfg.tgt_task_itt);
+	/* struct iscsi_cmd: data_length follows the ITT */
+	bpf_probe_read_user(&len, sizeof(len), task + cfg.tgt_task_itt + 4);
+	bpf_probe_read_user(&scb, sizeof(scb), scmd + cfg.tgt_cmd_scb);
+	if (scb)
+		bpf_probe_read_user(cdb, sizeof(cdb), scb);
+	e = ev_new(EV_TGT_EXECUTE);
+	if (!e)
+		return 0;
+	fill_cdb(e, cdb);
+	e->itt = bpf_ntohl(itt);
+	e->bytes = bpf_ntohl(len);
+	e->flags |= F_ITT | F_BYTES;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+static __always_inline int on_plain(__u32 type)
+{
+	struct istrace_event *e;
+
+	if (!task_wanted())
+		return 0;
+	e = ev_new(type);
+	if (e)
+		bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* void iscsi_rx_handler(struct iscsi_connection *), iscsi_tx_handler(...) */
+SEC("uprobe")
+int BPF_KPROBE(tgt_rx) { return on_plain(EV_TGT_RX); }
+SEC("uprobe")
+int BPF_KPROBE(tgt_tx) { return on_plain(EV_TGT_TX); }
+
+/* ---------------------------------------------------------------- uprobes: libiscsi */
+
+/* int iscsi_scsi_command_async(iscsi, lun, struct scsi_task *task, cb, d, private_data):
+ * the ITT is assigned inside, so the event is emitted on return. */
+SEC("uprobe")
+int BPF_KPROBE(lib_cmd_entry, void *iscsi, int lun, void *task)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 p = (__u64)task;
+
+	if (!task_wanted())
+		return 0;
+	bpf_map_update_elem(&lib_task, &tid, &p, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(lib_cmd_return, int ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct istrace_event *e;
+	__u8 cdb[16] = {};
+	__u64 *p;
+	void *task;
+	__s32 xfer = 0;
+	__u32 itt = 0;
+
+	p = bpf_map_lookup_elem(&lib_task, &tid);
+	if (!p)
+		return 0;
+	task = (void *)*p;
+	bpf_map_delete_elem(&lib_task, &tid);
+	bpf_probe_read_user(cdb, sizeof(cdb), task + cfg.lib_task_cdb);
+	bpf_probe_read_user(&xfer, sizeof(xfer), task + cfg.lib_task_xfer);
+	bpf_probe_read_user(&itt, sizeof(itt), task + cfg.lib_task_itt);
+	e = ev_new(EV_LIB_CMD);
+	if (!e)
+		return 0;
+	fill_cdb(e, cdb);
+	e->itt = itt;
+	e->bytes = xfer > 0 ? xfer : 0;
+	e->status = ret;
+	e->flags |= F_ITT | F_BYTES | F_STATUS;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* int iscsi_queue_pdu(struct iscsi_context *, struct iscsi_pdu *): struct private */
+SEC("uprobe")
+int BPF_KPROBE(lib_queue_pdu) { return on_plain(EV_LIB_QUEUE_PDU); }
