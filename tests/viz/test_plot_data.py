@@ -1,0 +1,155 @@
+"""The data behind every plot, checked against a synthetic capture whose truth is known."""
+
+import numpy as np
+import pytest
+import synth
+from istrace_viz import data, plot_cli
+from istrace_viz.capture import load_capture
+
+
+@pytest.fixture(scope="module")
+def cap1(tmp_path_factory):
+    d = tmp_path_factory.mktemp("qd1")
+    truth = synth.make_capture(d, n_cmds=64, qd=1)
+    return load_capture(d), truth
+
+
+def test_loader_finds_everything(cap1):
+    cap, _ = cap1
+    assert set(cap.segs) == {"initiator", "target"}
+    assert set(cap.pdus) == {"initiator", "target"} and set(cap.commands) == {"initiator",
+                                                                              "target"}
+    assert cap.events is not None and not cap.warnings
+    assert any("merged.parquet" in m for m in cap.missing)
+
+
+def test_ladder_rows_and_one_way_delay(cap1):
+    cap, t = cap1
+    rows = data.ladder_rows(cap.pdus["initiator"], cap.pdus["target"], cap.offset_ns)
+    assert len(rows) == 3 * t.n_cmds
+    assert rows["kind"].value_counts().to_dict() == {"SCSI Command": 64, "SCSI Data-In": 64,
+                                                     "SCSI Response": 64}
+    assert not rows["estimated"].any()
+    owd = rows["t_recv_ns"] - rows["t_send_ns"]
+    assert (owd == t.owd_ns).all()
+    cmd_rows = rows[rows["kind"] == "SCSI Command"]
+    assert cmd_rows["t_send_ns"].tolist() == t.issue
+    assert cmd_rows["label"].iloc[0] == "READ(10) 32 KiB"
+    # With one capture only, the far end is estimated from the one-way delay given.
+    one = data.ladder_rows(cap.pdus["initiator"], None, 0, t.owd_ns)
+    assert one["estimated"].all()
+    assert (one["t_recv_ns"] - one["t_send_ns"] == t.owd_ns).all()
+    w0, w1 = data.default_window(rows, 5)
+    assert w0 == t.issue[0] and w1 == t.resp[4]
+
+
+def test_bursts_idle_gaps_and_ratio(cap1):
+    cap, t = cap1
+    segs = cap.segs["target"]
+    thr = data.burst_gap_threshold(segs, "t2i")
+    b = data.data_bursts(segs, "t2i", thr)
+    # The Response PDU goes out one segment time after the data: same burst.
+    assert len(b) == t.n_cmds
+    assert b["start_ns"].tolist() == t.burst_start
+    seg_ns = int(synth.MSS / t.rate * 1e9)
+    assert (b["end_ns"] - np.asarray(t.burst_end) == seg_ns).all()
+    gaps = data.gaps_from_bursts(b)
+    assert len(gaps) == t.n_cmds - 1
+    expect = np.asarray(t.burst_start[1:]) - (np.asarray(t.burst_end[:-1]) + seg_ns)
+    assert (gaps["gap_ns"].to_numpy() == expect).all()
+    # Idle is the 2 one-way delays + target think time out of each cycle.
+    assert gaps["gap_ns"].min() > 2 * t.owd_ns
+    ratio = data.idle_ratio(b)
+    total = b["end_ns"].iloc[-1] - b["start_ns"].iloc[0]
+    busy = (b["end_ns"] - b["start_ns"]).sum()
+    assert ratio == pytest.approx(1 - busy / total, rel=1e-4)
+    assert 0.8 < ratio < 0.95
+    rate = data.peak_rate(b)
+    assert rate == pytest.approx(t.rate, rel=0.1)
+    # The study's model: 32 KiB at 2 ms one way and 100 MB/s.
+    send = 32768 / 100e6
+    assert data.model_idle_ratio(32768, 0.002, 100e6) == pytest.approx(1 - send / (0.008 + send))
+    assert data.model_throughput(32768, 0.002, 100e6) == pytest.approx(32768 / (0.008 + send))
+
+
+def test_outstanding_ceiling(cap1, tmp_path):
+    cap, t = cap1
+    s1 = data.outstanding(cap.commands["initiator"])
+    c1 = data.outstanding_ceiling(s1)
+    assert c1["max"] == 1 and s1["outstanding"].iloc[-1] == 0
+    t2 = synth.make_capture(tmp_path / "qd2", n_cmds=40, qd=2)
+    cap2 = load_capture(tmp_path / "qd2", do_track=False)
+    s2 = data.outstanding(cap2.commands["initiator"])
+    c2 = data.outstanding_ceiling(s2)
+    assert c2["max"] == 2 and c2["flat"] and c2["reached"] >= 10
+    assert (s2["outstanding"] >= 0).all()
+    assert len(t2.issue) == 40
+
+
+def test_resp_times_and_sizes(cap1):
+    cap, t = cap1
+    rt = data.resp_times(cap.commands["initiator"]).to_numpy()
+    assert np.allclose(rt, (np.asarray(t.resp) - np.asarray(t.issue)) / 1000)
+    sizes = data.block_sizes(cap.commands["initiator"], cap.events)
+    assert sizes["syscall"]["typical"] == 64 * 32768
+    assert sizes["block"]["typical"] == 524288 and sizes["block"]["count"] == 4
+    assert sizes["scsi_command"]["typical"] == 32768 and sizes["scsi_command"]["count"] == 64
+
+
+def test_timeline_spans_every_row(cap1):
+    cap, t = cap1
+    spans = plot_cli.timeline_spans(cap)
+    summ = data.span_summary(spans).set_index("row")
+    assert summ.loc["initiator syscall", "spans"] == 1
+    assert summ.loc["initiator block", "spans"] == 4
+    for row in ("initiator SCSI", "initiator iSCSI", "initiator TCP", "wire", "target TCP",
+                "target iSCSI", "target backing store"):
+        assert summ.loc[row, "spans"] == 64, row
+    for row in ("initiator SCSI", "initiator iSCSI", "wire", "target iSCSI", "target TCP"):
+        assert set(spans.loc[spans["row"] == row, "cmd"].astype(int)) == set(range(64)), row
+    wire = spans[spans["row"] == "wire"].sort_values("cmd")
+    assert wire["start_ns"].tolist() == t.burst_start
+    assert (wire["end_ns"].to_numpy() == np.asarray(t.burst_end) + t.owd_ns).all()
+    isc = spans[spans["row"] == "initiator iSCSI"].sort_values("cmd")
+    assert isc["start_ns"].tolist() == t.issue and isc["end_ns"].tolist() == t.resp
+    sc = spans[spans["row"] == "initiator syscall"].iloc[0]
+    assert (sc["start_ns"], sc["end_ns"]) == t.syscall
+    w = plot_cli.default_timeline_window(spans)
+    assert w[0] == t.syscall[0] and w[1] >= t.syscall[1]
+
+
+def test_seq_graph_and_throughput(cap1):
+    cap, t = cap1
+    g = data.seq_graph(cap.segs["target"], "t2i")
+    sg = g["segments"]
+    nseg = -(-(32768 + 48) // synth.MSS)
+    assert len(sg) == 64 * (nseg + 1) and not sg["rtx"].any()
+    assert sg["start"].iloc[0] == 0 and sg["end"].max() == 64 * (32768 + 96)
+    assert g["acks"]["ack"].is_monotonic_increasing
+    small = data.seq_graph(cap.segs["target"], "t2i", max_points=300)["segments"]
+    assert len(small) <= 320 and small["end"].max() == sg["end"].max()
+    th = data.throughput(cap.segs["target"], "t2i", bins=50)
+    assert th["bytes"].sum() == 64 * (32768 + 96)
+
+
+def test_track_on_capture(cap1):
+    cap, t = cap1
+    tr = cap.track
+    ex = tr.samples[tr.samples["source"] == "exact"]
+    assert len(ex) == 16 and ex["cwnd"].tolist() == [10 + k for k in range(0, 64, 4)]
+    cwr = tr.states[tr.states["state"] == "CWR"]
+    assert cwr[["start_ns", "end_ns"]].values.tolist() == [[t.resp[2], t.resp[2] + 1_000_000]]
+    est = tr.samples[(tr.samples["source"] == "estimated") & (tr.samples["dir"] == "t2i")]
+    assert (est["host"] == "target").all()
+    assert est["inflight_bytes"].max() <= 32768 + 96 and est["inflight_bytes"].iloc[-1] == 0
+    rtt = est["rtt_us"].dropna()
+    assert ((rtt >= 2 * t.owd_ns / 1000) & (rtt < 2 * t.owd_ns / 1000 + 20)).all()
+    assert tr.events.empty or not (tr.events["kind"] == "retransmit").any()
+
+
+def test_plots_render(cap1, tmp_path):
+    cap, _ = cap1
+    made = plot_cli.make_plots(cap, tmp_path, plot_cli.KINDS)
+    for kind in plot_cli.KINDS:
+        png, svg = made[kind]
+        assert png.stat().st_size > 5000 and svg.stat().st_size > 5000
