@@ -1,0 +1,60 @@
+"""Report verdicts and the Perfetto export, on synthetic captures with known truth."""
+
+import json
+import shutil
+
+import pytest
+import synth
+from istrace_viz import report
+from istrace_viz.capture import load_capture
+
+
+def test_report_on_qd1(tmp_path):
+    t = synth.make_capture(tmp_path, n_cmds=32, qd=1)
+    path, diag = report.report(tmp_path)
+    text = path.read_text()
+    assert path.stat().st_size > 50_000 and text.count("data:image/png;base64,") == 7
+    assert diag["sizes"]["scsi_command"]["typical"] == 32768
+    assert diag["outstanding"]["max"] == 1
+    assert diag["one_way_s"] == pytest.approx(t.owd_ns / 1e9)
+    assert 0.8 < diag["idle_ratio"] < 0.95
+    assert 0.9 < diag["model_idle_ratio"] < 1.0
+    assert diag["limit"].startswith("application")
+    st = diag["states"]
+    assert st["state"].tolist() == ["CWR"] and st["total_ns"].iloc[0] == 1_000_000
+    assert (tmp_path / "track.csv").is_file()
+    tr = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    spans = [e for e in tr if e["ph"] == "X"]
+    inst = [e for e in tr if e["ph"] == "i"]
+    names = {e["args"]["name"] for e in tr if e["name"] == "thread_name"}
+    assert {"initiator syscall", "initiator block", "initiator scsi", "initiator iscsi",
+            "initiator tcp", "wire net", "target tcp", "target iscsi",
+            "target store"} <= names
+    # 1 syscall + 2 block (16 commands each) + 32 x 7 rows (SCSI .. store)
+    assert len(spans) == 1 + 2 + 32 * 7
+    assert len(inst) == 2 * 3 * 32  # every PDU at both capture points
+    assert all(e["dur"] >= 0 for e in spans)
+
+
+def test_report_degrades_and_warns(tmp_path):
+    synth.make_capture(tmp_path, n_cmds=8, qd=1, delay_in_meta=False)
+    # Take away the target pcap, its decode and the probe events; add a capture drop.
+    (tmp_path / "target.pcap").unlink()
+    shutil.rmtree(tmp_path / "decoded" / "target")
+    for f in tmp_path.glob("events-*.jsonl"):
+        f.unlink()
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta["capture"]["initiator"]["dropped"] = 17
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    path, diag = report.report(tmp_path)
+    assert any("17 packets dropped" in w for w in diag["warnings"])
+    assert any("target.pcap" in m for m in diag["missing"])
+    assert any("probe events" in m for m in diag["missing"])
+    assert diag["delay_source"].startswith("half the median RTT")
+    assert "CAPTURE DROPS" in path.read_text()
+    cap = load_capture(tmp_path)
+    assert set(cap.segs) == {"initiator"}
+
+
+def test_report_cli_errors(tmp_path):
+    assert report.main([str(tmp_path / "nope")]) == 2

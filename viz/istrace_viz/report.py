@@ -1,0 +1,259 @@
+"""`istrace report DIR` -> DIR/report.html (self-contained, plots embedded) + DIR/trace.json.
+
+Runs what it can: decode (if the decoder is built and pdus.csv is absent), track, every plot;
+then writes the diagnosis the study drew by hand, in words and numbers, saying which inputs
+were missing and warning loudly about capture drops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from istrace_decoder import track
+
+from istrace_viz import data, perfetto, plot_cli
+from istrace_viz.capture import Capture, load_capture
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None or pd.isna(n):
+        return "?"
+    return data._size(n)
+
+
+def _meta_number(meta: dict[str, Any], *keys: str) -> float | None:
+    """First numeric value found under any of `keys`, at top level or one level down."""
+    for k in keys:
+        if isinstance(meta.get(k), int | float):
+            return float(meta[k])
+    for v in meta.values():
+        if isinstance(v, dict):
+            for k in keys:
+                if isinstance(v.get(k), int | float):
+                    return float(v[k])
+    return None
+
+
+def diagnose(cap: Capture) -> dict[str, Any]:
+    """Every number of the verdict (tested directly), plus sentences for the report."""
+    out: dict[str, Any] = {"findings": [], "warnings": list(cap.warnings),
+                           "missing": list(cap.missing)}
+    say = out["findings"].append
+    cmds = cap.main_commands()
+    d = plot_cli.data_dir(cap)
+    out["data_dir"] = d
+
+    sizes = data.block_sizes(cmds, cap.events)
+    out["sizes"] = sizes
+    parts = []
+    for key, name in (("syscall", "system call"), ("block", "block request"),
+                      ("scsi_command", "SCSI command (PDU block size)")):
+        v = sizes.get(key)
+        if v:
+            parts.append(f"{name} {_fmt_bytes(v['typical'])} (x{v['count']})")
+        else:
+            parts.append(f"{name} unknown")
+    msg = "Sizes: " + " -> ".join(parts) + "."
+    sc, pb = sizes.get("syscall"), sizes.get("scsi_command")
+    if sc and pb and pb["typical"] and sc["typical"] > pb["typical"]:
+        msg += (f" Each {_fmt_bytes(sc['typical'])} read() is cut into "
+                f"{sc['typical'] / pb['typical']:.0f} SCSI commands of "
+                f"{_fmt_bytes(pb['typical'])}: every one pays the round trip.")
+    say(msg)
+
+    series = data.outstanding(cmds)
+    ceil = data.outstanding_ceiling(series)
+    out["outstanding"] = ceil
+    if not series.empty:
+        s = (f"Commands outstanding: at most {ceil['max']}, held {ceil['time_at_max'] * 100:.0f}%"
+             f" of the time, reached {ceil['reached']} times.")
+        if ceil["flat"]:
+            s += (f" A flat ceiling at {ceil['max']}: a concurrency limit (queue depth, "
+                  "can_queue, or the workload's own) caps parallelism.")
+        say(s)
+
+    segs = plot_cli.sender_segs(cap, d)
+    if segs is not None:
+        bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+        rate_meta = _meta_number(cap.meta, "socket_Bps", "socket_bytes_per_s")
+        mbps = _meta_number(cap.meta, "socket_MBps", "socket_mbps_MB")
+        if rate_meta is None and mbps is not None:
+            rate_meta = mbps * 1e6
+        rate = rate_meta or data.peak_rate(bursts)
+        out["rate_Bps"] = rate
+        out["rate_source"] = "socket throughput from meta.json" if rate_meta else \
+            "peak burst rate of this capture (no socket baseline measured)"
+        idle = data.idle_ratio(bursts, rate_bps=rate)
+        out["idle_ratio"] = idle
+        out["bursts"] = len(bursts)
+        delay_ms = _meta_number(cap.meta, "delay_ms", "one_way_ms")
+        owd = (delay_ms / 1e3) if delay_ms is not None else None
+        if owd is None and cap.track is not None:
+            r = cap.track.samples["rtt_us"].dropna()
+            owd = float(r.median()) / 2e6 if not r.empty else None
+            out["delay_source"] = "half the median RTT (no testbed delay in meta.json)"
+        else:
+            out["delay_source"] = "meta.json testbed delay"
+        out["one_way_s"] = owd
+        pdu = pb["typical"] if pb else None
+        model = data.model_idle_ratio(pdu, owd, rate) if pdu and owd is not None and rate \
+            else float("nan")
+        out["model_idle_ratio"] = model
+        s = f"Idle ratio of the {d} data link: {idle * 100:.1f}% measured over {len(bursts)} bursts"
+        if not np.isnan(model):
+            s += (f"; the study's model PDU/(4*delay + PDU/throughput) gives {model * 100:.1f}% "
+                  f"for PDU {_fmt_bytes(pdu)}, one-way delay {owd * 1e3:.3f} ms "
+                  f"({out['delay_source']}), throughput {rate / 1e6:.1f} MB/s "
+                  f"({out['rate_source']}).")
+        else:
+            s += " (model needs the PDU block size, delay and throughput)."
+        say(s)
+        out["limit"] = _limit_verdict(cap, d, idle, ceil)
+        say("Limited by: " + out["limit"])
+
+    if cap.track is not None:
+        st = track.state_time(cap.track)
+        st = st[st["state"] != "Open"]
+        out["states"] = st
+        ev = cap.track.events
+        rtx = ev[(ev["kind"] == "retransmit")] if not ev.empty else ev
+        out["retransmits"] = len(rtx)
+        for r in st.itertuples():
+            say(f"TCP {r.state} ({r.source}, {r.dir}): {r.intervals} episodes, "
+                f"{r.total_ns / 1e6:.2f} ms in total.")
+        if len(rtx):
+            hit = track.loss_commands(cap.track)
+            cause = _loss_cause(cap)
+            say(f"{len(rtx)} retransmissions; commands hit: "
+                f"{', '.join(str(int(c)) for c in hit['cmd'][:20]) or 'unknown (no PDUs)'}"
+                f"{' ...' if len(hit) > 20 else ''}. Cause: {cause}.")
+        elif st.empty:
+            say("No TCP loss, retransmission or congestion episode seen.")
+    return out
+
+
+def _limit_verdict(cap: Capture, d: str, idle: float, ceil: dict[str, Any]) -> str:
+    if idle == idle and idle > 0.5:
+        why = "the sender is idle most of the time waiting for the next command"
+        if ceil.get("flat"):
+            why += f" (never more than {ceil['max']} outstanding)"
+        return f"application / protocol-limited: {why}."
+    s = cap.track.samples if cap.track is not None else pd.DataFrame()
+    s = s[s["dir"] == d] if not s.empty else s
+    est = s[s["inflight_bytes"].notna() & s["rwnd"].notna() & (s["inflight_bytes"] > 0)]
+    if not est.empty:
+        near_rwnd = float((est["inflight_bytes"] >= 0.9 * est["rwnd"]).mean())
+        if near_rwnd > 0.3:
+            return (f"receive-window-limited: in flight within 10% of the receive window "
+                    f"{near_rwnd * 100:.0f}% of the time.")
+    ex = s[s["cwnd"].notna() & s["inflight_pkts"].notna()] if not s.empty else s
+    if not ex.empty:
+        full = float((ex["inflight_pkts"] >= ex["cwnd"] - 1).mean())
+        if full > 0.3:
+            return f"cwnd-limited: in flight filled the congestion window {full * 100:.0f}% " \
+                   "of the time."
+    if idle == idle:
+        return ("sender mostly busy and neither window full: limited by the path or host "
+                "(cwnd unknown without probe events)." if ex.empty else
+                "sender mostly busy, windows not full: limited by the path or host.")
+    return "unknown (no data segments)."
+
+
+def _loss_cause(cap: Capture) -> str:
+    ev = cap.events
+    if ev is None or ev.empty:
+        return "not visible (no probe events to tell local queue drops from network loss)"
+    net = ev[(ev["layer"] == "net") & ev["event"].astype(str).str.contains("drop")]
+    if not net.empty:
+        where = net["host"].value_counts().to_dict()
+        return (f"local queue drops seen by the probes ({where}): the sender's own device "
+                "queue overflowed, as in the study's Tx256 case")
+    return "no local drop events: loss in the network (or drops the probes cannot see)"
+
+
+def _img(path: Path) -> str:
+    b64 = base64.b64encode(path.read_bytes()).decode()
+    return f'<img src="data:image/png;base64,{b64}" style="max-width:100%">'
+
+
+CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc}
+.warn{background:#c62828;color:#fff;padding:.6em;font-weight:bold;margin:.3em 0}
+.missing{color:#8a6d00}li{margin:.3em 0}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:2px 6px;font-size:.9em}"""
+
+
+def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Path]],
+               path: Path, trace_note: str) -> None:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>istrace report "
+             f"{e(cap.dir.name)}</title><style>{CSS}</style></head><body>",
+             f"<h1>istrace report: {e(str(cap.dir))}</h1>"]
+    for w in diag["warnings"]:
+        parts.append(f"<div class='warn'>WARNING: {e(w)}</div>")
+    parts.append("<h2>Diagnosis</h2><ul>")
+    parts += [f"<li>{e(f)}</li>" for f in diag["findings"]] or ["<li>nothing to say</li>"]
+    parts.append("</ul>")
+    parts.append(f"<p>{e(cap.clock_note)}. {e(trace_note)}</p>")
+    if diag["missing"]:
+        parts.append("<h2>Missing inputs</h2><ul class='missing'>")
+        parts += [f"<li>{e(m)}</li>" for m in diag["missing"]]
+        parts.append("</ul>")
+    st = diag.get("states")
+    if st is not None and not st.empty:
+        parts.append("<h2>TCP congestion states</h2>" + st.to_html(index=False))
+    titles = {"ladder": "Packet ladder", "tcpseq": "TCP sequence / time",
+              "cwnd": "Congestion window, CA state, throughput",
+              "timeline": "Cross-layer timeline", "throughput": "Throughput",
+              "resptime": "Response time", "outstanding": "Commands outstanding"}
+    for kind, paths in plots_made.items():
+        png = [p for p in paths if p.suffix == ".png"]
+        if png:
+            parts.append(f"<h2>{e(titles.get(kind, kind))}</h2>{_img(png[0])}")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts))
+
+
+def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    print(f"report: loading {d} (decode/track as needed) ...", file=sys.stderr)
+    cap = load_capture(d)
+    if cap.track is not None and not cap.track.samples.empty:
+        from istrace_decoder.track_cli import write_result
+        write_result(cap.track, d / "track.csv")
+    print("report: plotting ...", file=sys.stderr)
+    made = plot_cli.make_plots(cap, d / "plots", plot_cli.KINDS)
+    diag = diagnose(cap)
+    spans = plot_cli.timeline_spans(cap)
+    inst = perfetto.pdu_instants(cap.pdus, cap.offset_ns)
+    n = perfetto.write_trace(d / "trace.json", spans, inst)
+    note = f"Perfetto / Chrome trace: {d / 'trace.json'} ({n} events)."
+    path = out or d / "report.html"
+    write_html(cap, diag, made, path, note)
+    return path, diag
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="istrace report", description=__doc__.split("\n")[0])
+    ap.add_argument("dir", help="capture directory")
+    ap.add_argument("--out", help="HTML file (default DIR/report.html)")
+    args = ap.parse_args(argv)
+    d = Path(args.dir)
+    if not d.is_dir():
+        print(f"istrace report: {d}: not a directory", file=sys.stderr)
+        return 2
+    path, diag = report(d, Path(args.out) if args.out else None)
+    for w in diag["warnings"]:
+        print(f"WARNING: {w}", file=sys.stderr)
+    for f in diag["findings"]:
+        print(f"- {f}")
+    for m in diag["missing"]:
+        print(f"missing: {m}")
+    print(f"wrote {path}")
+    return 0
