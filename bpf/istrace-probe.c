@@ -10,6 +10,7 @@
  * load; a variant the kernel refuses at load or attach is switched off and the
  * object is loaded again without it, so one refused hook never stops the others.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -130,6 +131,9 @@ static struct {
 	const char *out, *host, *layers, *usdt_path, *tgtd, *libiscsi, *block_dev;
 	const char *disable[MAX_DISABLE];
 	int ndisable;
+	const char *exclude[ISTRACE_MAX_EXCLUDE];
+	int nexclude;
+	bool exclude_set;
 	int netns_given;
 	__u32 pids[ISTRACE_MAX_PIDS];
 	int npids;
@@ -138,7 +142,8 @@ static struct {
 	int port;
 	bool block_all, verbose, list;
 	double stats_interval;
-} opt = { .host = "initiator", .port = 3260, .ringbuf_mb = 16, .stats_interval = 1.0 };
+} opt = { .host = "initiator", .port = 3260, .ringbuf_mb = 16, .stats_interval = 1.0,
+	    .exclude = { "tcpdump", "dumpcap", "ss" }, .nexclude = 3 };
 
 static struct istrace_filter filt;
 static char tgtd_bin[PATH_MAX], lib_bin[PATH_MAX];
@@ -167,6 +172,9 @@ static void usage(FILE *f)
 "  --disable HOOK       do not attach HOOK (repeatable; see --list-hooks)\n"
 "  --ringbuf-mb N       ring buffer size (default 16)\n"
 "  --stats-interval S   how often the lost-event counter goes into the stream (1)\n"
+"  --exclude-comm NAME  tasks named NAME are not traced by the syscall/user/block\n"
+"                       probes (repeatable, max 4; default tcpdump, dumpcap, ss;\n"
+"                       --exclude-comm '' clears the list)\n"
 "  --list-hooks         print the hook table and exit\n"
 "  -v, --verbose        libbpf messages on stderr\n");
 }
@@ -190,6 +198,7 @@ static int parse_args(int argc, char **argv)
 		{ "ringbuf-mb", required_argument, NULL, 'r' },
 		{ "stats-interval", required_argument, NULL, 's' },
 		{ "list-hooks", no_argument, NULL, 'T' },
+		{ "exclude-comm", required_argument, NULL, 'X' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -272,6 +281,13 @@ static int parse_args(int argc, char **argv)
 			}
 			break;
 		case 'T': opt.list = true; break;
+		case 'X':
+			if (!opt.exclude_set)
+				opt.nexclude = 0;
+			opt.exclude_set = true;
+			if (opt.nexclude < ISTRACE_MAX_EXCLUDE && *optarg)
+				opt.exclude[opt.nexclude++] = optarg;
+			break;
 		case 'v': opt.verbose = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
@@ -302,37 +318,59 @@ static bool btf_has_tp(const char *tp)
 	return btf__find_by_name_kind(vmlinux_btf, name, BTF_KIND_TYPEDEF) > 0;
 }
 
-/* Whether kallsyms has `sym` (exact); -1 when kallsyms cannot be read. */
-static int kallsyms_has(const char *sym)
+/* kallsyms facts, read in one pass (the file is ~100k lines): per hook, whether its
+ * tracepoint (__tracepoint_<target>) and its function (<target>) exist; -1 unknown. */
+static int ksym_tp[64], ksym_fn[64];
+static bool ksym_done;
+
+static void scan_kallsyms(void)
 {
 	FILE *f = fopen("/proc/kallsyms", "r");
 	char line[512], name[256];
-	int found = 0, any = 0;
+	size_t i;
+	int any = 0;
 
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long addr;
-		char type;
+	ksym_done = true;
+	for (i = 0; i < NHOOKS && i < 64; i++)
+		ksym_tp[i] = ksym_fn[i] = 0;
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			unsigned long long addr;
+			char type;
 
-		if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3)
-			continue;
-		any = 1;
-		if (!strcmp(name, sym)) {
-			found = 1;
-			break;
+			if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3)
+				continue;
+			any = 1;
+			for (i = 0; i < NHOOKS && i < 64; i++) {
+				const char *t = hooks[i].target;
+
+				if (hooks[i].bin != BIN_KERNEL)
+					continue;
+				if (!strncmp(name, "__tracepoint_", 13) && !strcmp(name + 13, t))
+					ksym_tp[i] = 1;
+				else if (!strcmp(name, t))
+					ksym_fn[i] = 1;
+			}
 		}
+		fclose(f);
 	}
-	fclose(f);
-	return any ? found : -1;
+	if (!any) /* unreadable: let the kernel decide at load/attach time */
+		for (i = 0; i < NHOOKS && i < 64; i++)
+			ksym_tp[i] = ksym_fn[i] = -1;
 }
 
-static int tracepoint_exists(const char *tp)
+static int tracepoint_exists(const struct hook *h)
 {
-	char sym[160];
+	if (!ksym_done)
+		scan_kallsyms();
+	return ksym_tp[h - hooks];
+}
 
-	snprintf(sym, sizeof(sym), "__tracepoint_%s", tp);
-	return kallsyms_has(sym);
+static int function_exists(const struct hook *h)
+{
+	if (!ksym_done)
+		scan_kallsyms();
+	return ksym_fn[h - hooks];
 }
 
 /* ------------------------------------------------------------------ names */
@@ -462,19 +500,13 @@ static void json_str(const char *s, size_t max)
 
 static void fmt_addr(char *buf, size_t n, int family, const __u8 *a, __u16 port)
 {
-	if (family == 10) {
-		char tmp[48];
-		size_t i, o = 0;
+	char tmp[INET6_ADDRSTRLEN];
 
-		/* full form, no zero compression: unambiguous and matches no other tool's
-		 * quirks; the merger normalises both sides with ipaddress */
-		for (i = 0; i < 16; i += 2)
-			o += snprintf(tmp + o, sizeof(tmp) - o, "%s%x", i ? ":" : "",
-				      (a[i] << 8) | a[i + 1]);
+	/* RFC 5952 text (what inet_ntop and Python's ipaddress print), as the decoder does */
+	if (family == AF_INET6 && inet_ntop(AF_INET6, a, tmp, sizeof(tmp)))
 		snprintf(buf, n, "[%s]:%u", tmp, port);
-	} else {
+	else
 		snprintf(buf, n, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3], port);
-	}
 }
 
 #define KEY_U(k, cond, val) do { if (cond) fprintf(out, ",\"" k "\":%llu", (unsigned long long)(val)); \
@@ -695,14 +727,14 @@ static void choose_variants(void)
 				}
 				break;
 			case V_RAW_TP:
-				if (tracepoint_exists(h->target) == 0) {
+				if (tracepoint_exists(h) == 0) {
 					snprintf(h->why[j], sizeof(h->why[j]),
 						 "tracepoint %s not in this kernel", h->target);
 					h->failed[j] = true;
 				}
 				break;
 			case V_KPROBE:
-				if (kallsyms_has(h->target) == 0) {
+				if (function_exists(h) == 0) {
 					snprintf(h->why[j], sizeof(h->why[j]),
 						 "function %s not in this kernel", h->target);
 					h->failed[j] = true;
@@ -1246,6 +1278,8 @@ int main(int argc, char **argv)
 	filt.tgt_cmd_dir = 64;      /* scsi_cmd.data_dir */
 	filt.tgt_cmd_in_len = 80;   /* scsi_cmd.in_sdb.length */
 	filt.tgt_cmd_out_len = 104; /* scsi_cmd.out_sdb.length */
+	for (i = 0; i < (size_t)opt.nexclude && i < ISTRACE_MAX_EXCLUDE; i++)
+		strncpy(filt.exclude_comm[i], opt.exclude[i], ISTRACE_COMM_LEN - 1);
 
 	for (i = 0; i < NHOOKS; i++) {
 		struct hook *h = &hooks[i];

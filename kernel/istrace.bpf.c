@@ -143,6 +143,27 @@ static __always_inline __u32 current_netns(void)
 	return BPF_CORE_READ(t, nsproxy, net_ns, ns.inum);
 }
 
+static __always_inline bool comm_excluded(void)
+{
+	char comm[ISTRACE_COMM_LEN];
+	int i, j;
+
+	bpf_get_current_comm(comm, sizeof(comm));
+	for (i = 0; i < ISTRACE_MAX_EXCLUDE; i++) {
+		bool same = cfg.exclude_comm[i][0] != 0;
+
+		for (j = 0; j < ISTRACE_COMM_LEN && same; j++) {
+			if (comm[j] != cfg.exclude_comm[i][j])
+				same = false;
+			else if (!comm[j])
+				break;
+		}
+		if (same)
+			return true;
+	}
+	return false;
+}
+
 /* Syscalls and user-space probes: traced tgid, or any task in the traced netns. */
 static __always_inline bool task_wanted(void)
 {
@@ -150,7 +171,11 @@ static __always_inline bool task_wanted(void)
 
 	if (tgid == cfg.self_pid)
 		return false;
-	if (cfg.any_task || bpf_map_lookup_elem(&pids, &tgid))
+	if (bpf_map_lookup_elem(&pids, &tgid))
+		return true;
+	if (comm_excluded())
+		return false;
+	if (cfg.any_task)
 		return true;
 	return cfg.netns_tasks && cfg.netns && current_netns() == cfg.netns;
 }
@@ -185,11 +210,11 @@ static __always_inline void fill_conn(struct istrace_event *e, const struct sock
 	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	e->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
 	if (family == AF_INET) {
-		BPF_CORE_READ_INTO(e->saddr, sk, __sk_common.skc_rcv_saddr);
-		BPF_CORE_READ_INTO(e->daddr, sk, __sk_common.skc_daddr);
+		bpf_core_read(e->saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(e->daddr, 4, &sk->__sk_common.skc_daddr);
 	} else {
-		BPF_CORE_READ_INTO(e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+		bpf_core_read(e->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(e->daddr, 16, &sk->__sk_common.skc_v6_daddr);
 	}
 	/* Cookies are made lazily: a socket nobody asked about still reads 0 here. */
 	e->cookie = cookie ? cookie : BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
@@ -542,7 +567,7 @@ static __always_inline int on_bio(struct bio *bio, __u32 type, __u32 extra)
 	if (cfg.block_dev && k.dev != cfg.block_dev)
 		return 0;
 	if (cfg.block_by_pid && !bpf_map_lookup_elem(&pids, &tgid) &&
-	    !(cfg.netns_tasks && cfg.netns && current_netns() == cfg.netns))
+	    !(cfg.netns_tasks && cfg.netns && current_netns() == cfg.netns && !comm_excluded()))
 		return 0;
 	k.sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
 	if (type == EV_BIO_QUEUE) {
@@ -924,17 +949,15 @@ int BPF_KPROBE(tgt_execute, void *task)
 	struct istrace_event *e;
 	__u8 cdb[16] = {};
 	__u32 itt = 0, len = 0;
-	void *scmd = task + cfg.tgt_task_scmd;
-	void *scb = NULL;
 
 	if (!task || !task_wanted())
 		return 0;
 	bpf_probe_read_user(&itt, sizeof(itt), task + cfg.tgt_task_itt);
 	/* struct iscsi_cmd: data_length follows the ITT */
 	bpf_probe_read_user(&len, sizeof(len), task + cfg.tgt_task_itt + 4);
-	bpf_probe_read_user(&scb, sizeof(scb), scmd + cfg.tgt_cmd_scb);
-	if (scb)
-		bpf_probe_read_user(cdb, sizeof(cdb), scb);
+	/* scsi_cmd.scb is set later (iscsi_target_cmd_queue): take the CDB from the
+	 * command PDU's BHS, 16 bytes after the ITT (RFC 7143 SCSI Command layout) */
+	bpf_probe_read_user(cdb, sizeof(cdb), task + cfg.tgt_task_itt + 16);
 	e = ev_new(EV_TGT_EXECUTE);
 	if (!e)
 		return 0;

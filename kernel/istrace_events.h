@@ -12,6 +12,7 @@
 
 #define ISTRACE_COMM_LEN 16
 #define ISTRACE_MAX_PIDS 64
+#define ISTRACE_MAX_EXCLUDE 4
 
 /* Event types.  The loader's table maps each to (layer, event name, fields). */
 enum istrace_event_type {
@@ -119,6 +120,8 @@ struct istrace_filter {
 	__u32 lib_task_cdb;     /* struct scsi_task.cdb (libiscsi, public header) */
 	__u32 lib_task_xfer;    /* struct scsi_task.expxferlen */
 	__u32 lib_task_itt;     /* struct scsi_task.itt */
+	/* tasks never traced by syscalls/user probes/block (the capture's own tcpdump...) */
+	char exclude_comm[ISTRACE_MAX_EXCLUDE][ISTRACE_COMM_LEN];
 };
 
 #endif /* ISTRACE_EVENTS_H */
