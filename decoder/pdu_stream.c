@@ -1,0 +1,467 @@
+/* PDU framing on one direction's reassembled byte stream: header accumulation (parsed in
+ * place when a header lies inside one segment), data skipping by count, digests, and
+ * hunting for a plausible BHS when the boundary is unknown (capture start, gaps). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "crc32c.h"
+
+static inline uint32_t rd32le(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint32_t pad4(uint32_t n) { return (4 - (n & 3)) & 3; }
+
+/* Header bytes (BHS + AHS + header digest) of the PDU whose BHS is b. */
+static uint32_t header_len(const struct conn *c, const uint8_t *b, int hd)
+{
+	(void)c;
+	return BHS_LEN + (uint32_t)b[4] * 4 + (hd ? 4 : 0);
+}
+
+static uint64_t pdu_total(const uint8_t *b, int hd, int dd)
+{
+	uint32_t dsl = rd24be(b + 5);
+	uint64_t t = BHS_LEN + (uint64_t)b[4] * 4 + (hd ? 4 : 0);
+	if (dsl)
+		t += dsl + pad4(dsl) + (dd ? 4 : 0);
+	return t;
+}
+
+static int reserve(uint8_t **buf, uint32_t *cap, uint32_t need)
+{
+	if (need <= *cap)
+		return 1;
+	uint32_t n = *cap ? *cap : 256;
+	while (n < need)
+		n *= 2;
+	uint8_t *p = realloc(*buf, n);
+	if (!p)
+		return 0;
+	*buf = p;
+	*cap = n;
+	return 1;
+}
+
+static void go_hunt(struct stream *s)
+{
+	s->state = P_HUNT;
+	s->hlen = 0;
+	s->n_seg_starts = 0;
+	s->hdr_have = 0;
+}
+
+static void finish_pdu(struct decoder *d, struct conn *c, int dir, uint32_t extra_notes)
+{
+	struct stream *s = &c->s[dir];
+	if (s->cur >= 0) {
+		uint8_t dd = DIG_NONE;
+		if (s->dd)
+			dd = s->damaged ? DIG_UNCHECKED
+					: (crc32c_final(s->dd_crc) == rd32le(s->dd_bytes) ? DIG_OK
+											  : DIG_BAD);
+		int64_t idx = s->cur;
+		s->cur = -1;
+		pdu_finish(d, c, dir, idx, s->dbuf, s->dhave, dd, extra_notes);
+	}
+	s->state = P_HDR;
+	s->hdr_have = 0;
+}
+
+static void on_header(struct decoder *d, struct conn *c, int dir, const uint8_t *h,
+		      uint32_t hlen_with_digest, int64_t ts)
+{
+	struct stream *s = &c->s[dir];
+	int hd = c->hd_on;
+	uint32_t hl = hlen_with_digest - (hd ? 4 : 0);
+	uint8_t hdig = DIG_NONE;
+	if (hd)
+		hdig = crc32c(h, hl) == rd32le(h + hl) ? DIG_OK : DIG_BAD;
+	uint32_t dsl = rd24be(h + 5);
+	s->dd = c->dd_on && dsl > 0;
+	s->data_body = dsl + pad4(dsl);
+	s->data_left = dsl ? (uint64_t)s->data_body + (s->dd ? 4 : 0) : 0;
+	s->data_pos = 0;
+	s->dd_crc = crc32c_init();
+	s->damaged = 0;
+	s->dhave = 0;
+	uint32_t notes = s->notes_next | (s->resync_next ? N_RESYNC : 0);
+	s->notes_next = 0;
+	s->resync_next = 0;
+	uint32_t want = 0;
+	s->cur = pdu_begin(d, c, dir, h, hl, hdig, s->pdu_seq, ts, notes, &want);
+	if (want > dsl)
+		want = dsl;
+	if (want && !reserve(&s->dbuf, &s->dcap, want))
+		want = 0;
+	s->dwant = want;
+	s->state = P_DATA;
+	if (s->data_left == 0)
+		finish_pdu(d, c, dir, 0);
+}
+
+static void data_consume(struct stream *s, const uint8_t *p, uint32_t take)
+{
+	if (s->dhave < s->dwant && s->dhave == s->data_pos) {
+		uint32_t k = s->dwant - s->dhave;
+		if (k > take)
+			k = take;
+		memcpy(s->dbuf + s->dhave, p, k);
+		s->dhave += k;
+	}
+	if (s->dd) {
+		uint32_t in_body = 0;
+		if (s->data_pos < s->data_body) {
+			in_body = s->data_body - s->data_pos;
+			if (in_body > take)
+				in_body = take;
+			s->dd_crc = crc32c_update(s->dd_crc, p, in_body);
+		}
+		for (uint32_t i = in_body; i < take; i++) {
+			uint32_t at = s->data_pos + i - s->data_body;
+			if (at < 4)
+				s->dd_bytes[at] = p[i];
+		}
+	}
+	s->data_pos += take;
+}
+
+/* --- hunting ---------------------------------------------------------------------------- */
+
+static int is_seg_start(const struct stream *s, uint32_t off)
+{
+	for (uint32_t i = 0; i < s->n_seg_starts; i++)
+		if (s->seg_starts[i] == off)
+			return 1;
+	return 0;
+}
+
+static void lock_at(struct decoder *d, struct conn *c, int dir, uint32_t k, int64_t ts)
+{
+	struct stream *s = &c->s[dir];
+	struct decode_stats *st = decoder_stats(d);
+	st->resyncs++;
+	st->resync_skipped_bytes += k;
+	uint32_t n = s->hlen - k;
+	/* The bytes from the boundary on are parsed again, now framed. */
+	if (s->replay_len == 0 && reserve(&s->replay, &s->replay_cap, n)) {
+		memcpy(s->replay, s->hbuf + k, n);
+		s->replay_len = n;
+		s->replay_ts = ts;
+	}
+	s->pos_seq = s->hbuf_seq + k;
+	s->state = P_HDR;
+	s->hdr_have = 0;
+	s->resync_next = 1;
+	s->hlen = 0;
+	s->n_seg_starts = 0;
+}
+
+/* Scan the hunt buffer for a BHS. Returns 1 when it locked on one. */
+static int hunt_scan(struct decoder *d, struct conn *c, int dir, int64_t ts)
+{
+	struct stream *s = &c->s[dir];
+	uint32_t k = 0;
+	for (; k + BHS_LEN <= s->hlen; k++) {
+		const uint8_t *b = s->hbuf + k;
+		if (!bhs_plausible(b, dir))
+			continue;
+		uint32_t hl = BHS_LEN + (uint32_t)b[4] * 4;
+		int hd = c->hd_on, dd = c->dd_on, hd_proved = 0;
+		if (k + hl + 4 <= s->hlen) {
+			int crc_ok = crc32c(b, hl) == rd32le(b + hl);
+			if (c->digests_known && c->hd_on && !crc_ok)
+				continue;
+			if (!c->digests_known && crc_ok) {
+				hd = 1;
+				hd_proved = 1;
+			}
+		} else if (c->digests_known && c->hd_on) {
+			return 0; /* wait for the digest bytes */
+		}
+		uint64_t total = pdu_total(b, hd, dd);
+		int next_ok = 0, next_known = 0;
+		if (k + total + BHS_LEN <= s->hlen) {
+			next_known = 1;
+			next_ok = bhs_plausible(b + total, dir);
+			if (!next_ok && !c->digests_known && rd24be(b + 5)) {
+				uint64_t t2 = pdu_total(b, hd, !dd);
+				if (k + t2 + BHS_LEN <= s->hlen && bhs_plausible(b + t2, dir)) {
+					next_ok = 1;
+					dd = !dd;
+				}
+			}
+		}
+		if (next_known && !next_ok)
+			continue;
+		if (!next_known && !hd_proved && !is_seg_start(s, k)) {
+			if (k + total + BHS_LEN > HUNT_MAX)
+				continue; /* can never check it: not good enough */
+			break;            /* wait for more bytes to check the next header */
+		}
+		if (!c->digests_known && (hd_proved || next_known)) {
+			c->hd_on = (uint8_t)hd;
+			c->dd_on = (uint8_t)dd;
+			if (hd_proved)
+				c->digests_known = 1;
+		}
+		lock_at(d, c, dir, k, ts);
+		return 1;
+	}
+	/* Drop what can no longer start a header we would accept. */
+	if (k > 0) {
+		struct decode_stats *st = decoder_stats(d);
+		st->resync_skipped_bytes += k;
+		memmove(s->hbuf, s->hbuf + k, s->hlen - k);
+		s->hlen -= k;
+		s->hbuf_seq += k;
+		uint32_t j = 0;
+		for (uint32_t i = 0; i < s->n_seg_starts; i++)
+			if (s->seg_starts[i] >= k)
+				s->seg_starts[j++] = s->seg_starts[i] - k;
+		s->n_seg_starts = j;
+	}
+	return 0;
+}
+
+static void hunt_feed(struct decoder *d, struct conn *c, int dir, const uint8_t *p,
+		      uint32_t n, int64_t ts, int seg_start)
+{
+	struct stream *s = &c->s[dir];
+	while (n) {
+		if (s->hlen == 0) {
+			s->hbuf_seq = s->pos_seq;
+			s->n_seg_starts = 0;
+		}
+		uint32_t room = HUNT_MAX - s->hlen;
+		if (room == 0) {
+			/* Nothing acceptable in a full buffer: give all but a header's worth up. */
+			struct decode_stats *st = decoder_stats(d);
+			uint32_t drop = s->hlen - (BHS_LEN - 1);
+			st->resync_skipped_bytes += drop;
+			memmove(s->hbuf, s->hbuf + drop, s->hlen - drop);
+			s->hlen -= drop;
+			s->hbuf_seq += drop;
+			s->n_seg_starts = 0;
+			continue;
+		}
+		uint32_t take = n < room ? n : room;
+		if (!reserve(&s->hbuf, &s->hcap, s->hlen + take))
+			return;
+		if (seg_start && s->n_seg_starts < 64)
+			s->seg_starts[s->n_seg_starts++] = s->hlen;
+		seg_start = 0;
+		memcpy(s->hbuf + s->hlen, p, take);
+		s->hlen += take;
+		s->pos_seq += take;
+		p += take;
+		n -= take;
+		if (hunt_scan(d, c, dir, ts)) {
+			/* Bytes not yet appended are parsed after the replay, in order. */
+			if (n && reserve(&s->replay, &s->replay_cap, s->replay_len + n)) {
+				memcpy(s->replay + s->replay_len, p, n);
+				s->replay_len += n;
+			}
+			return;
+		}
+	}
+}
+
+/* --- framing ---------------------------------------------------------------------------- */
+
+static int header_sane(const uint8_t *b, int dir)
+{
+	return !(b[0] & 0x80) && iscsi_opcode_valid(b[0], dir);
+}
+
+static void process(struct decoder *d, struct conn *c, int dir, const uint8_t *p, uint32_t n,
+		    int64_t ts, int seg_start)
+{
+	struct stream *s = &c->s[dir];
+	while (n) {
+		switch (s->state) {
+		case P_HUNT:
+			hunt_feed(d, c, dir, p, n, ts, seg_start);
+			return;
+		case P_HDR: {
+			if (s->hdr_have == 0) {
+				s->pdu_seq = s->pos_seq;
+				if (n >= BHS_LEN) {
+					if (!header_sane(p, dir)) {
+						go_hunt(s);
+						continue;
+					}
+					uint32_t need = header_len(c, p, c->hd_on);
+					if (n >= need) { /* fast path: parse in place */
+						s->pos_seq += need;
+						on_header(d, c, dir, p, need, ts);
+						p += need;
+						n -= need;
+						seg_start = 0;
+						continue;
+					}
+				}
+			}
+			uint32_t need = s->hdr_have < BHS_LEN ? BHS_LEN : s->hdr_need;
+			uint32_t take = need - s->hdr_have;
+			if (take > n)
+				take = n;
+			memcpy(s->hdr + s->hdr_have, p, take);
+			s->hdr_have += take;
+			s->pos_seq += take;
+			p += take;
+			n -= take;
+			seg_start = 0;
+			if (s->hdr_have == BHS_LEN && need == BHS_LEN) {
+				if (!header_sane(s->hdr, dir)) {
+					/* Lost framing: hunt from the byte after this bogus header. */
+					uint8_t tmp[BHS_LEN];
+					memcpy(tmp, s->hdr, BHS_LEN);
+					go_hunt(s);
+					s->pos_seq = s->pdu_seq + 1;
+					hunt_feed(d, c, dir, tmp + 1, BHS_LEN - 1, ts, 0);
+					if (s->state == P_HUNT)
+						continue;
+					/* Locked inside the old header: the rest of p follows the replay. */
+					if (n && reserve(&s->replay, &s->replay_cap, s->replay_len + n)) {
+						memcpy(s->replay + s->replay_len, p, n);
+						s->replay_len += n;
+					}
+					return;
+				}
+				s->hdr_need = header_len(c, s->hdr, c->hd_on);
+			}
+			if (s->hdr_have >= BHS_LEN && s->hdr_have == s->hdr_need) {
+				s->hdr_have = 0;
+				on_header(d, c, dir, s->hdr, s->hdr_need, ts);
+			}
+			break;
+		}
+		case P_DATA: {
+			uint32_t take = s->data_left < n ? (uint32_t)s->data_left : n;
+			if (s->cur >= 0)
+				data_consume(s, p, take);
+			s->data_left -= take;
+			s->pos_seq += take;
+			p += take;
+			n -= take;
+			seg_start = 0;
+			if (s->data_left == 0)
+				finish_pdu(d, c, dir, 0);
+			break;
+		}
+		}
+	}
+}
+
+void stream_feed(struct decoder *d, struct conn *c, int dir, const uint8_t *p, uint32_t n,
+		 int64_t ts, int seg_start)
+{
+	struct stream *s = &c->s[dir];
+	s->started = 1;
+	process(d, c, dir, p, n, ts, seg_start);
+	while (s->replay_len) {
+		uint8_t *buf = s->replay;
+		uint32_t len = s->replay_len;
+		int64_t rts = s->replay_ts;
+		s->replay = NULL;
+		s->replay_len = 0;
+		s->replay_cap = 0;
+		process(d, c, dir, buf, len, rts, 1);
+		free(buf);
+	}
+}
+
+void stream_gap(struct decoder *d, struct conn *c, int dir, uint32_t n, int truncated)
+{
+	struct stream *s = &c->s[dir];
+	struct decode_stats *st = decoder_stats(d);
+	uint32_t nt = truncated ? N_TRUNCATED : N_GAP;
+	s->started = 1;
+	while (n) {
+		switch (s->state) {
+		case P_HUNT:
+			st->resync_skipped_bytes += s->hlen;
+			s->hlen = 0;
+			s->n_seg_starts = 0;
+			s->pos_seq += n;
+			s->notes_next |= nt;
+			return;
+		case P_HDR:
+			if (s->hdr_have >= BHS_LEN) {
+				/* The length is known: skip the rest of this PDU without a record. */
+				uint64_t total = pdu_total(s->hdr, c->hd_on, c->dd_on);
+				st->dropped_pdus++;
+				s->cur = -1;
+				s->dd = 0;
+				s->dwant = 0;
+				s->data_left = total > s->hdr_have ? total - s->hdr_have : 0;
+				s->hdr_have = 0;
+				s->state = P_DATA;
+				if (s->data_left == 0)
+					s->state = P_HDR;
+				continue;
+			}
+			if (s->hdr_have > 0)
+				st->dropped_pdus++;
+			go_hunt(s);
+			s->notes_next |= nt;
+			s->pos_seq += n;
+			return;
+		case P_DATA: {
+			uint32_t take = s->data_left < n ? (uint32_t)s->data_left : n;
+			s->data_left -= take;
+			s->data_pos += take;
+			s->pos_seq += take;
+			s->damaged = 1;
+			n -= take;
+			if (s->cur >= 0)
+				pdu_add_notes(d, s->cur, nt);
+			if (s->data_left == 0)
+				finish_pdu(d, c, dir, 0);
+			break;
+		}
+		}
+	}
+}
+
+void stream_end(struct decoder *d, struct conn *c, int dir)
+{
+	struct stream *s = &c->s[dir];
+	struct decode_stats *st = decoder_stats(d);
+	if (s->state == P_DATA && s->cur >= 0) {
+		st->incomplete_pdus++;
+		s->damaged = 1;
+		finish_pdu(d, c, dir, N_INCOMPLETE);
+	} else if (s->state == P_HDR && s->hdr_have > 0) {
+		st->incomplete_pdus++;
+	} else if (s->state == P_HUNT) {
+		st->resync_skipped_bytes += s->hlen;
+	}
+	/* Back to the state of a stream never seen, buffers kept. */
+	s->state = P_HUNT;
+	s->hlen = 0;
+	s->n_seg_starts = 0;
+	s->hdr_have = 0;
+	s->cur = -1;
+	s->started = 0;
+	s->have_seq = 0;
+	s->notes_next = 0;
+	s->resync_next = 0;
+	s->kvc_len = 0;
+}
+
+void stream_free(struct stream *s)
+{
+	while (s->ooo) {
+		struct ooo_seg *q = s->ooo;
+		s->ooo = q->next;
+		free(q);
+	}
+	free(s->dbuf);
+	free(s->hbuf);
+	free(s->replay);
+	free(s->kvc);
+}
