@@ -20,8 +20,8 @@ from istrace_cli import repro_plot, repro_run
 from istrace_cli.repro_sweep import Progress, Row, SweepCSV, num
 
 COLUMNS = ["limit", "readers", "queue_depth", "delay_ms", "tps", "mbps", "outstanding",
-           "outstanding_src", "lat_p50_ms", "rtt_ms", "ceiling_tps", "seconds", "status",
-           "error"]
+           "outstanding_src", "max_outstanding", "lat_p50_ms", "rtt_ms", "ceiling_tps",
+           "seconds", "status", "error"]
 KEY = ["limit", "readers", "delay_ms"]
 UNLIMITED = 100000
 DELAY_MS = 16.0
@@ -50,6 +50,7 @@ def run(out: Path, quick: bool, time_s: float | None = None) -> int:
         r = repro_run.run_gen(tb, "512", secs, queue_depth=int(p["queue_depth"]))
         return {"tps": round(r.iops, 2), "mbps": round(r.mbps, 5),
                 "outstanding": round(r.outstanding, 3), "outstanding_src": r.outstanding_src,
+                "max_outstanding": r.max_outstanding,
                 "lat_p50_ms": r.lat_p50_ms, "rtt_ms": rtt[0], "seconds": round(r.seconds, 3),
                 "ceiling_tps": round(model.outstanding_ceiling(int(p["queue_depth"]),
                                                                rtt[0] / 1e3), 1)}

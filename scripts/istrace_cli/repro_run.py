@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,8 +33,18 @@ class ReproError(RuntimeError):
 
 
 def unique_name(tag: str) -> str:
-    """A 6-char testbed name no other run uses at the same time: tag + pid digits."""
-    return f"{tag[:2]}{os.getpid() % 10000:04d}"
+    """A 6-char testbed name no other run uses at the same time: tag + pid-derived digits.
+
+    tgtd takes its control port as a 16-bit signed value (a port above 32767 makes it exit
+    34), and the testbed derives that port from the name's CRC, so names whose port would land
+    above that are skipped.
+    """
+    base = os.getpid() % 10000
+    for i in range(10000):
+        name = f"{tag[:2]}{(base + i) % 10000:04d}"
+        if 20000 + zlib.crc32(name.encode()) % 30000 < 32000:
+            return name
+    return f"{tag[:2]}{base:04d}"
 
 
 def testbed_config(name: str, **fields: Any) -> Any:
@@ -72,19 +83,15 @@ class GenResult:
     outstanding: float         # mean outstanding commands (gen's figure or Little's law)
     outstanding_src: str
     lat_p50_ms: float
+    max_outstanding: float = math.nan  # gen's own count of the most commands in flight
     raw: dict[str, Any] = field(default_factory=dict)
 
 
 def _first(d: dict[str, Any], *names: str) -> float:
-    """The first numeric value among `names` (searched also one level down)."""
+    """The first numeric value among `names` in `d`, NaN when none."""
     for n in names:
-        if isinstance(d.get(n), int | float):
+        if isinstance(d.get(n), int | float) and not isinstance(d.get(n), bool):
             return float(d[n])
-    for v in d.values():
-        if isinstance(v, dict):
-            got = _first(v, *names)
-            if not math.isnan(got):
-                return got
     return math.nan
 
 
@@ -105,32 +112,32 @@ def parse_gen_json(stdout: str) -> GenResult:
         except ValueError:
             raise ReproError(f"istrace-gen printed no JSON summary: {stdout[-200:]!r}") from None
     assert obj is not None
-    nbytes = _first(obj, "bytes", "total_bytes", "bytes_read")
-    secs = _first(obj, "seconds", "elapsed_s", "elapsed", "duration_s", "time_s")
-    cmds = _first(obj, "commands", "cmds", "ios", "requests", "count")
-    mbps = _first(obj, "mb_s", "MB_s", "mbps", "MBps", "throughput_mb_s")
+    if obj.get("error") or int(obj.get("errors") or 0):
+        raise ReproError(f"istrace-gen reported errors: {obj.get('error') or obj.get('errors')}")
+    nbytes = _first(obj, "bytes")
+    secs = _first(obj, "seconds")
+    cmds = _first(obj, "commands")
+    mbps = _first(obj, "mb_s")
     if math.isnan(mbps) and secs > 0:
         mbps = nbytes / secs / MB
-    iops = _first(obj, "iops", "IOPS", "ops_s", "requests_s")
+    iops = _first(obj, "iops")
     if math.isnan(iops) and secs > 0:
         iops = cmds / secs
-    p50 = _first(obj, "p50_ms", "lat_p50_ms", "latency_p50_ms")
-    if math.isnan(p50):
-        us = _first(obj, "p50_us", "lat_p50_us", "latency_p50_us")
-        p50 = us / 1e3
-    mean_lat = _first(obj, "mean_ms", "lat_mean_ms", "latency_mean_ms")
-    if math.isnan(mean_lat):
-        mean_lat = _first(obj, "mean_us", "lat_mean_us", "latency_mean_us") / 1e3
-    outstanding = _first(obj, "outstanding_mean", "mean_outstanding", "avg_outstanding")
+    lat_us = obj.get("lat_us") if isinstance(obj.get("lat_us"), dict) else {}
+    p50 = _first(lat_us, "p50") / 1e3
+    mean_lat = _first(lat_us, "mean", "avg") / 1e3
+    outstanding = _first(obj, "outstanding_mean")
     src = "gen"
     if math.isnan(outstanding):
-        # Little's law: mean number in the system = completion rate x mean time in it.
+        # Little's law: mean number in the system = completion rate x mean time in it (the
+        # median stands in for the mean when gen gives none: for equal small reads they agree).
         lat = mean_lat if not math.isnan(mean_lat) else p50
         outstanding = iops * lat / 1e3 if not math.isnan(lat) else math.nan
-        src = "little"
+        src = "little" if not math.isnan(mean_lat) else "little-p50"
     return GenResult(mbps=mbps, iops=iops, seconds=secs, bytes=int(nbytes or 0),
                      commands=int(cmds) if not math.isnan(cmds) else 0,
-                     outstanding=outstanding, outstanding_src=src, lat_p50_ms=p50, raw=obj)
+                     outstanding=outstanding, outstanding_src=src, lat_p50_ms=p50,
+                     max_outstanding=_first(obj, "max_outstanding"), raw=obj)
 
 
 def run_gen(tb: Testbed, size: str, time_s: float, queue_depth: int = 1, sessions: int = 1,
@@ -138,7 +145,7 @@ def run_gen(tb: Testbed, size: str, time_s: float, queue_depth: int = 1, session
     """One timed iSCSI READ run of `istrace-gen` in the initiator namespace."""
     argv = [gen_binary(), "--portal", tb.portal, "--target", tb.iqn, "--size", size,
             "--queue-depth", str(queue_depth), "--sessions", str(sessions),
-            "--time", f"{time_s:g}", "--json", *(extra or [])]
+            "--time", f"{time_s:g}", "--json", "--quiet", *(extra or [])]
     return _run_json(tb, argv, time_s)
 
 

@@ -1,0 +1,88 @@
+"""`istrace reproduce EXP --quick` end to end on the real testbed, tgtd and istrace-gen: the
+CSV and PNG exist and the results have the studies' shape (not their 2004 MB/s)."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def ok_rows(path: Path) -> pd.DataFrame:
+    df = pd.read_csv(path)
+    bad = df[df["status"] != "ok"]
+    assert bad.empty, f"failed points:\n{bad.to_string()}"
+    return df
+
+
+def png_ok(path: Path) -> None:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_delay_sweep_quick(quick_run):
+    rc, out = quick_run("delay-sweep")
+    df = ok_rows(out / "delay-sweep.csv")
+    png_ok(out / "repro-delay-sweep.png")
+    assert rc == 0 and len(df) == 18
+
+    def at(series, txq, d):
+        return float(df[(df.series == series) & (df.txqueuelen == txq) &
+                        (df.delay_ms == d)]["mbps"].iloc[0])
+
+    for txq in (256, 4096):
+        # 32 KB commands: every added delay costs throughput (seed 000's falling curve)
+        assert at("32K", txq, 0) > 2 * at("32K", txq, 4) > 2 * at("32K", txq, 16)
+        # big commands hide the delay: 4 MB beats 32 KB at 16 ms by far
+        assert at("4M", txq, 16) > 5 * at("32K", txq, 16)
+    # 32 KB at 16 ms pays whole round trips per command: within 3x of eq. (1) (4 delays)
+    table = (out / "delay-sweep-table.csv").read_text()
+    assert "model_mbps" in table
+    sel = df[(df.series == "32K") & (df.delay_ms == 16)]
+    model = 32768 / (4 * 0.016) / 1e6
+    assert all(model / 1.5 < v < 3 * model for v in sel["mbps"])
+
+
+def test_parallel_quick(quick_run):
+    rc, out = quick_run("parallel")
+    df = ok_rows(out / "parallel.csv")
+    png_ok(out / "repro-parallel.png")
+    assert rc == 0
+
+    def tps(limit, n):
+        return float(df[(df.limit == limit) & (df.readers == n)]["tps"].iloc[0])
+
+    rtt = float(df["rtt_ms"].median()) / 1e3
+    assert 0.6 / rtt < tps(2, 1) < 1.2 / rtt           # one reader: one command per RTT
+    assert tps(2, 16) < 1.35 * tps(2, 2)                # limit 2: flat beyond 2 readers
+    assert tps(8, 16) > 3 * tps(2, 16)                  # raising the limit moves the ceiling
+    assert tps(100000, 16) > 1.6 * tps(8, 16)           # and again with no initiator limit
+    flat = df[(df.limit == 2) & (df.readers >= 2)]["outstanding"]
+    assert flat.between(1.5, 2.5).all()                 # measured outstanding sits at the limit
+
+
+def test_sessions_quick(quick_run):
+    rc, out = quick_run("sessions")
+    df = ok_rows(out / "sessions.csv")
+    png_ok(out / "repro-sessions.png")
+    assert rc == 0
+    one = float(df[df.sessions == 1]["mbps"].iloc[0])
+    assert df["mbps"].max() > 2 * one                   # parallel sessions fill the long path
+    path = (out / "sessions-search.csv").read_text().splitlines()
+    assert 4 <= len(path) - 1 <= 12                      # the search took a handful of steps
+    picked = max(float(line.split(",")[3]) for line in path[1:])
+    assert picked >= 0.8 * df["mbps"].max()
+
+
+def test_window_quick(quick_run):
+    rc, out = quick_run("window")
+    df = ok_rows(out / "window.csv")
+    png_ok(out / "repro-window.png")
+    assert rc == 0
+    assert (df["ratio"] < 1.15).all()                    # never above one window per RTT
+    w = df[(df.vary == "window") & (df.window == 64 << 10)].sort_values("delay_ms")
+    assert w["mbps"].is_monotonic_decreasing             # fixed window: slower with delay
+    at50 = df[(df.vary == "window") & (df.delay_ms == 50)].set_index("window")["mbps"]
+    assert at50[512 << 10] > 3 * at50[64 << 10]          # bigger window, more throughput
+    m = df[(df.vary == "mss") & (df.delay_ms == 50)].set_index("mss")["mbps"]
+    assert m[1460] > 1.8 * m[536]                        # window in segments: MSS scales it
