@@ -162,18 +162,21 @@ def _ip6_text(b: bytes) -> str:
     return f"[{ipaddress.IPv6Address(b)}]"
 
 
-def read_segments(path: str | Path) -> pd.DataFrame:
+def read_segments(path: str | Path, with_data: bool = False) -> pd.DataFrame:
     """One row per TCP segment in the capture, in file order.
 
     Columns: frame (0-based index among all frames), ts_ns, src, sport, dst, dport, seq, ack,
     flags (TCP flag byte), win (raw header value, unscaled), len (TCP payload length from the
     IP header, so correct even when the capture was cut by a snap length), wscale/mss/tsval/
     tsecr (-1 when the option is absent), sack (1 if a SACK block is present).
+    With `with_data`, a `data` column holds the captured payload bytes (shorter than `len` when
+    the snap length cut it).
     """
     path = Path(path)
     if not path.is_file():
         raise PcapError(f"{path}: no such file")
     cols: dict[str, list] = {c: [] for c in COLUMNS}
+    blobs: list[bytes] = []
     ip4 = struct.Struct(">BBHHHBBH4s4s")
     tcp = struct.Struct(">HHIIBBH")
     for frame_no, (link, ts, frame) in enumerate(_frames(path)):
@@ -220,11 +223,20 @@ def read_segments(path: str | Path) -> pd.DataFrame:
                          ("flags", flags), ("win", win), ("len", payload), ("wscale", ws),
                          ("mss", mss), ("tsval", tsv), ("tsecr", tse), ("sack", sack)):
             cols[key].append(val)
+        if with_data:
+            p0 = tcp_off + hlen
+            blobs.append(bytes(frame[p0:min(p0 + payload_len(tcp_total, hlen), len(frame))]))
     df = pd.DataFrame({c: cols[c] for c in COLUMNS})
+    if with_data:
+        df["data"] = blobs
     ints = [c for c in COLUMNS if c not in ("src", "dst")]
     for c in ints:
         df[c] = np.asarray(cols[c], dtype=np.int64)
     return df
+
+
+def payload_len(tcp_total: int, hlen: int) -> int:
+    return max(tcp_total - hlen, 0)
 
 
 def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) -> pd.DataFrame:

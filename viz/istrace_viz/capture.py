@@ -20,6 +20,8 @@ from istrace_decoder import track
 from istrace_decoder.pcap_tcp import PcapError, conn_and_dir, read_segments
 from istrace_decoder.track_cli import load_events
 
+from istrace_viz import pdu_fallback
+
 HOSTS = ("initiator", "target")
 
 
@@ -72,7 +74,7 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
 
 
 def _decoded_dirs(d: Path, host: str) -> list[Path]:
-    out = [d / "decoded" / host, d / f"decode-{host}", d / host]
+    out = [d / "decoded" / host, d / f"decode-{host}", d / host, d / "decoded-fallback" / host]
     if host == "initiator":
         out += [d, d / "decoded"]
     return out
@@ -133,7 +135,16 @@ def load_capture(d: str | Path, decode: bool = True, do_track: bool = True) -> C
             if err is None and (out / "pdus.csv").is_file():
                 found = out
             elif err:
-                cap.missing.append(f"decoded PDUs of {host}.pcap ({err})")
+                # Degrade: the minimal Python PDU reader, said so in the report.
+                fb = d / "decoded-fallback" / host
+                try:
+                    notes = pdu_fallback.decode_to_dir(pcap, fb)
+                    found = fb
+                    cap.missing.append(f"C decoder output for {host}.pcap ({err}); PDUs from "
+                                       "the minimal Python fallback reader instead")
+                    cap.warnings += [f"{host}.pcap: {n}" for n in notes]
+                except (ValueError, OSError) as exc:
+                    cap.missing.append(f"decoded PDUs of {host}.pcap ({err}; fallback: {exc})")
         if found is not None:
             for name, store in (("pdus", cap.pdus), ("commands", cap.commands)):
                 t = _read_csv(found / f"{name}.csv")

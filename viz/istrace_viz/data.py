@@ -198,12 +198,13 @@ def data_bursts(segs: pd.DataFrame, d: str = "t2i", gap_ns: int = 1_000_000) -> 
 
 
 def burst_gap_threshold(segs: pd.DataFrame, d: str = "t2i") -> int:
-    """Gap that separates bursts: 5x the median spacing of data segments, at least 20 us."""
+    """Gap that separates bursts: 5x the median spacing of data segments, at least 100 us
+    (shorter pauses are the sender's own pacing, not waiting for the other end)."""
     x = segs[(segs["dir"] == d) & (segs["len"] > 0)]["ts_ns"].to_numpy(np.int64)
     if len(x) < 3:
         return 1_000_000
     med = float(np.median(np.diff(np.sort(x))))
-    return int(max(5 * med, 20_000))
+    return int(max(5 * med, 100_000))
 
 
 def gaps_from_bursts(bursts: pd.DataFrame, rate_bps: float | None = None) -> pd.DataFrame:
@@ -384,8 +385,16 @@ def seq_graph(segs: pd.DataFrame | None, d: str = "t2i",
     a = segs[(segs["dir"] == rev) & ((segs["flags"] & 0x10) != 0)]
     ack = ((a["ack"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
     ack = ack + np.cumsum(np.diff(ack, prepend=ack[:1]) < -(1 << 31)) * (1 << 32)
+    # The receiver's window is scaled by the shift its SYN announced (if both SYNs had one).
+    syn = segs[(segs["flags"] & 0x02) != 0]
+    ws = {dd: syn.loc[syn["dir"] == dd, "wscale"] for dd in (d, rev)}
+    shift = 0
+    if all(len(v) for v in ws.values()) and min(int(v.iloc[0]) for v in ws.values()) >= 0:
+        shift = int(ws[rev].iloc[0])
+    win = a["win"].to_numpy(np.int64) << shift
+    win = np.where((a["flags"].to_numpy() & 0x02) != 0, a["win"].to_numpy(np.int64), win)
     ak = pd.DataFrame({"t_ns": a["ts_ns"].to_numpy(np.int64), "ack": ack,
-                       "win_edge": ack + a["win"].to_numpy(np.int64)})
+                       "win_edge": ack + win})
     ak = ak[ak["ack"] >= 0]
     return {"segments": thin(sg, "t_ns", "end", max_points, keep=sg["rtx"].to_numpy()),
             "acks": thin(ak, "t_ns", "ack", max_points)}

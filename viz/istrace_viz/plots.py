@@ -101,9 +101,13 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
         gaps = gaps[(gaps["end_ns"] >= w0) & (gaps["start_ns"] <= w1)]
     else:
         gaps = data.idle_gaps(sel, int(span_ms * 1e6 * 0.02))
+    # Label only the gaps that matter at this zoom: the 15 longest above 2% of the window.
+    labelled = set(gaps[gaps["gap_ns"] >= 0.02 * (w1 - w0)].nlargest(15, "gap_ns").index)
     for g in gaps.itertuples():
         a, z = _ms([g.start_ns], t0)[0], _ms([g.end_ns], t0)[0]
         ax.plot([bx, bx], [a, z], color="0.6", lw=5, alpha=0.5, solid_capstyle="butt")
+        if g.Index not in labelled:
+            continue
         ax.text(bx + 0.03 * side, (a + z) / 2, f"idle {g.gap_ns / 1e6:.2f} ms",
                 ha="left" if side > 0 else "right", va="center", fontsize=7, color="0.3",
                 clip_on=True)
@@ -137,7 +141,7 @@ def tcpseq(graph: dict[str, pd.DataFrame], title: str = "TCP sequence / time (da
     lines = np.stack([np.column_stack([tt, sg["start"] * mb]),
                       np.column_stack([tt, sg["end"] * mb])], axis=1)
     ok = ~sg["rtx"].to_numpy()
-    ax.add_collection(LineCollection(lines[ok], colors="tab:blue", lw=1.5,
+    ax.add_collection(LineCollection(lines[ok], colors="tab:blue", lw=2.5,
                                      label="data segment"))
     if (~ok).any():
         ax.add_collection(LineCollection(lines[~ok], colors="tab:red", lw=2.5))
@@ -147,7 +151,7 @@ def tcpseq(graph: dict[str, pd.DataFrame], title: str = "TCP sequence / time (da
         ta = _ms(ak["t_ns"], t0)
         ax.step(ta, ak["ack"] * mb, where="post", color="tab:green", lw=1, label="ACK")
         ax.step(ta, ak["win_edge"] * mb, where="post", color="0.6", lw=0.8,
-                label="ACK + receive window (raw)")
+                label="ACK + receive window")
     ax.autoscale_view()
     ax.set_xlabel("time [ms]")
     ax.set_ylabel("relative sequence [MiB]")
