@@ -596,10 +596,10 @@ static void kv_process(struct decoder *d, struct conn *c, int dir, struct pdu_re
 			}
 		}
 	}
-	if (s->kvc_len + have + 1 <= s->kvc_cap) {
+	if (have && s->kvc_len + have + 1 <= s->kvc_cap) {
 		memcpy(s->kvc + s->kvc_len, data, have);
 		s->kvc_len += have;
-	} else {
+	} else if (have) {
 		r->notes |= N_KVTRUNC;
 	}
 	size_t start = 0;
