@@ -1,4 +1,7 @@
 /* CRC32C with the SSE4.2 crc32 instruction when the CPU has it, else a slice-by-8 table. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
 #include "crc32c.h"
 
 #include <string.h>

@@ -7,9 +7,11 @@
 #ifndef ISTRACE_DECODE_H
 #define ISTRACE_DECODE_H
 
-#include <pcap/pcap.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* libpcap's handle, declared here so this header needs no feature macros (pcap.h does). */
+typedef struct pcap pcap_t;
 
 #define DECODE_MAX_PORTS 16
 

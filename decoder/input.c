@@ -1,6 +1,10 @@
 /* Opening captures: a file, stdin or a memory buffer, plain or gzip'd (detected by magic).
  * Compressed and piped input goes through a stdio cookie so libpcap reads it as usual;
  * reads return what the pipe has, so a live `tcpdump -w - |` streams. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
+#include <pcap/pcap.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,5 +1,8 @@
 /* iSCSI Basic Header Segment knowledge (RFC 7143 §11): one field table per opcode drives
  * both the record fill and the verbose "protocol translation" listing. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
 #include <stdio.h>
 #include <string.h>
 

@@ -1,4 +1,8 @@
 /* istrace-decode: the command line around the decoder library. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
+#include <pcap/pcap.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>

@@ -1,5 +1,8 @@
 /* Writers for decoded records. A small buffered writer with its own integer formatting
  * keeps output cheap when there are many PDUs (printf shows up in profiles otherwise). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
 #include "output.h"
 
 #include <errno.h>

@@ -1,6 +1,9 @@
 /* Packet parsing. Every length is checked against the captured length first; a packet cut
  * by the snap length still yields its TCP header when that much was captured, with
  * caplen < len telling the reassembler which payload bytes are missing. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
 #include "packet.h"
 
 #include <pcap/dlt.h>

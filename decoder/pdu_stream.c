@@ -1,6 +1,9 @@
 /* PDU framing on one direction's reassembled byte stream: header accumulation (parsed in
  * place when a header lies inside one segment), data skipping by count, digests, and
  * hunting for a plausible BHS when the boundary is unknown (capture start, gaps). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,6 +1,9 @@
 /* TCP reassembly, one byte stream per direction. In-order segments go straight to the PDU
  * framer without a copy; early segments wait in a bounded, seq-sorted queue; bytes the
  * capture never saw become gaps the framer is told about, so nothing is decoded from them. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
 #include <stdlib.h>
 #include <string.h>
 

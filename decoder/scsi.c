@@ -1,5 +1,8 @@
 /* SCSI CDB/sense/status decode. One table row per CDB opcode says where its LBA and length
  * live, like a Wireshark dissector's field table. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
 #include "scsi.h"
 
 #include <stdio.h>

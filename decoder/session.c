@@ -1,6 +1,10 @@
 /* The decoder's bookkeeping: connections (flat hash), commands by (connection, ITT) (flat
  * hash), login/text negotiation, and the two output queues that hand records to the sinks
  * in PDU order and command issue order. Also the packet loop. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
+#include <pcap/pcap.h>
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,8 @@
 /* Unit tests of the decoder core: CRC32C vectors, CDB and sense decode, BHS plausibility, and
  * TCP/PDU framing edge cases on pcaps built here in memory. Exit status 0 = all passed. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
