@@ -1,0 +1,136 @@
+"""Path emulation: the routed middle namespace and the dummynet forwarder, or netem.
+
+Middle namespace layout (i2t shown; t2i mirrors it through the second TUN device):
+
+    ini ns           mid ns                                              tgt ns
+    istN-i  <veth>   istN-mi --(ip rule iif istN-mi -> table 100)--> istN-di (TUN)
+                                        dummynet reads, holds for the delay, writes back
+                     istN-di --(main table: 10.77.0.2 dev istN-mt)--> istN-mt <veth> istN-t
+
+A packet written into a TUN device enters the middle namespace's stack as if received on it,
+so the main routing table forwards it on to the far veth; only packets arriving on a veth are
+steered into the forwarder, which keeps the two directions apart without any bridge.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from istrace_cli import netns, testbed_state
+from istrace_cli.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from istrace_cli.testbed import Testbed
+
+TABLE_I2T, TABLE_T2I = 100, 101
+
+
+class PathError(RuntimeError):
+    pass
+
+
+def dummynet_binary() -> Path:
+    local = REPO_ROOT / "scripts" / "dummynet" / "istrace-dummynet"
+    if local.is_file() and os.access(local, os.X_OK):
+        return local
+    found = shutil.which("istrace-dummynet")
+    if found:
+        return Path(found)
+    raise PathError(f"istrace-dummynet is not built: run `make -C {REPO_ROOT}/scripts`")
+
+
+def netem_available(ns: str) -> bool:
+    """Probe at run time: can a netem qdisc be attached here (on this namespace's lo)?"""
+    ok = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root",
+                         "netem", "delay", "0ms"], capture_output=True).returncode == 0
+    if ok:
+        netns.sh(["tc", "qdisc", "del", "dev", "lo", "root"], ns=ns, check=False)
+    return ok
+
+
+def set_txqueuelen(dev: str, ns: str, qlen: int) -> None:
+    """The end's transmit queue (the study's NIC buffer). veth has no qdisc by default, so a
+    pfifo of that many packets is attached for the length to mean anything."""
+    netns.sh(["ip", "link", "set", "dev", dev, "txqueuelen", str(qlen)], ns=ns)
+    netns.sh(["tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", str(qlen)], ns=ns)
+
+
+def mid_devs(tb: Testbed) -> tuple[str, str, str, str]:
+    n = tb.cfg.name
+    return f"ist{n}-mi", f"ist{n}-mt", f"ist{n}-di", f"ist{n}-dt"
+
+
+def routed_links(tb: Testbed, mid_ip: str) -> None:
+    """ini <-> mid <-> tgt with /32 point-to-point addresses, forwarding on in mid."""
+    mid = tb.mid_ns
+    assert mid is not None
+    mi, mt, _, _ = mid_devs(tb)
+    netns.veth(tb.ini_dev, tb.ini_ns, mi, mid)
+    netns.veth(tb.tgt_dev, tb.tgt_ns, mt, mid)
+    for dev, ns, me, far in ((tb.ini_dev, tb.ini_ns, tb.ini_ip, tb.tgt_ip),
+                             (tb.tgt_dev, tb.tgt_ns, tb.tgt_ip, tb.ini_ip)):
+        netns.sh(["ip", "addr", "add", f"{me}/32", "peer", f"{mid_ip}/32", "dev", dev], ns=ns)
+        netns.sh(["ip", "route", "add", f"{far}/32", "via", mid_ip, "dev", dev], ns=ns)
+    for dev, peer in ((mi, tb.ini_ip), (mt, tb.tgt_ip)):
+        netns.sh(["ip", "addr", "add", f"{mid_ip}/32", "peer", f"{peer}/32", "dev", dev], ns=mid)
+        netns.offloads_off(dev, mid)
+    for key, value in (("net.ipv4.ip_forward", "1"), ("net.ipv4.conf.all.rp_filter", "0"),
+                       ("net.ipv4.conf.default.rp_filter", "0"),
+                       ("net.ipv4.conf.all.send_redirects", "0"),
+                       ("net.ipv4.conf.default.send_redirects", "0")):
+        netns.sysctl(mid, key, value)
+    for dev in (mi, mt):
+        netns.sysctl(mid, f"net.ipv4.conf.{dev}.rp_filter", "0")
+
+
+def start_dummynet(tb: Testbed) -> None:
+    """Start the forwarder in the middle namespace and steer each direction into its TUN."""
+    mid = tb.mid_ns
+    assert mid is not None
+    mi, mt, di, dt = mid_devs(tb)
+    cfg = tb.cfg
+    i2t, t2i = cfg.one_way()
+    argv = ["ip", "netns", "exec", mid, str(dummynet_binary()),
+            "--tun-i2t", di, "--tun-t2i", dt,
+            "--delay-i2t-us", str(int(round(i2t * 1000))),
+            "--delay-t2i-us", str(int(round(t2i * 1000))),
+            "--rate-bps", str(int(cfg.rate_mbit * 1e6)), "--loss", repr(cfg.loss),
+            "--queue", str(cfg.queue), "--seed", str(cfg.seed),
+            "--stats", str(tb.run_dir / "dummynet.json")]
+    log = open(tb.run_dir / "dummynet.log", "wb")  # noqa: SIM115 - the daemon owns it
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=True)
+    log.close()
+    testbed_state.add_pid(tb.state, proc.pid, "dummynet")
+    deadline = time.monotonic() + 10
+    while not (netns.link_exists(di, mid) and netns.link_exists(dt, mid)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            text = (tb.run_dir / "dummynet.log").read_text(errors="replace").strip()
+            raise PathError(f"dummynet did not start: {text or proc.returncode}")
+        time.sleep(0.05)
+    for dev in (di, dt):
+        netns.sh(["ip", "link", "set", "dev", dev, "txqueuelen", "10000", "up"], ns=mid)
+        netns.sysctl(mid, f"net.ipv4.conf.{dev}.rp_filter", "0")
+    for iif, table, tun in ((mi, TABLE_I2T, di), (mt, TABLE_T2I, dt)):
+        netns.sh(["ip", "route", "add", "default", "dev", tun, "table", str(table)], ns=mid)
+        netns.sh(["ip", "rule", "add", "iif", iif, "lookup", str(table), "pref", str(table)],
+                 ns=mid)
+
+
+def netem(tb: Testbed) -> None:
+    """Where the kernel has netem: delay/rate/loss/limit as a root qdisc on each end."""
+    cfg = tb.cfg
+    for dev, ns, delay in ((tb.ini_dev, tb.ini_ns, cfg.one_way()[0]),
+                           (tb.tgt_dev, tb.tgt_ns, cfg.one_way()[1])):
+        args = ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay", f"{delay}ms"]
+        if cfg.rate_mbit:
+            args += ["rate", f"{cfg.rate_mbit}mbit"]
+        if cfg.loss:
+            args += ["loss", f"{cfg.loss * 100}%"]
+        args += ["limit", str(cfg.queue or max(cfg.txqueuelen, 100000))]
+        netns.sh(args, ns=ns)
