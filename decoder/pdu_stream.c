@@ -454,6 +454,7 @@ void stream_end(struct decoder *d, struct conn *c, int dir)
 	s->notes_next = 0;
 	s->resync_next = 0;
 	s->kvc_len = 0;
+	s->kvc_trunc = 0;
 }
 
 void stream_free(struct stream *s)

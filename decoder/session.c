@@ -586,8 +586,19 @@ static void kv_process(struct decoder *d, struct conn *c, int dir, struct pdu_re
 	(void)d;
 	struct stream *s = &c->s[dir];
 	int cont = (r->flags & 0x40) != 0;
-	if (have < r->dsl || r->dsl > KV_KEEP)
+	int cut = have < r->dsl; /* bytes missing (capture gap, snaplen or the KV_KEEP limit) */
+	if (cut)
 		r->notes |= N_KVTRUNC;
+	if (s->kvc_trunc) {
+		/* Skip the tail of the pair cut in the previous PDU. */
+		const uint8_t *z = have ? memchr(data, 0, have) : NULL;
+		uint32_t skip = z ? (uint32_t)(z - data) + 1 : have;
+		data += skip;
+		have -= skip;
+		if (z)
+			s->kvc_trunc = 0;
+		r->notes |= N_KVTRUNC;
+	}
 	if (s->kvc_len + have + 1 > s->kvc_cap) {
 		size_t nc = s->kvc_cap ? s->kvc_cap : 1024;
 		while (s->kvc_len + have + 1 > nc)
@@ -609,8 +620,8 @@ static void kv_process(struct decoder *d, struct conn *c, int dir, struct pdu_re
 	size_t start = 0;
 	for (size_t i = 0; i <= s->kvc_len; i++) {
 		int end_of_text = i == s->kvc_len;
-		if (end_of_text && cont)
-			break; /* the rest continues in the next PDU */
+		if (end_of_text && (cont || cut))
+			break; /* continues in the next PDU, or was cut: never show half a pair */
 		if (!end_of_text && s->kvc[i] != 0)
 			continue;
 		if (i > start) {
@@ -632,7 +643,9 @@ static void kv_process(struct decoder *d, struct conn *c, int dir, struct pdu_re
 		}
 		start = i + 1;
 	}
-	if (start >= s->kvc_len) {
+	if (cut && cont)
+		s->kvc_trunc = 1; /* the next PDU starts with the tail of a pair we lost */
+	if (start >= s->kvc_len || cut) {
 		s->kvc_len = 0;
 	} else {
 		memmove(s->kvc, s->kvc + start, s->kvc_len - start);
