@@ -411,18 +411,20 @@ static const char *const tcp_states[] = {
 static const char *ca_name(__u32 s) { return s < 5 ? ca_names[s] : "?"; }
 static const char *tcp_state(__u32 s) { return s < 13 ? tcp_states[s] : "?"; }
 
-/* Traced syscalls: 1 = 3rd argument is the size, 2 = io_uring_enter (to_submit). */
+/* Traced syscalls and what their arguments carry (SYS_* bits of istrace.bpf.c):
+ * 1 = 3rd argument is the size, 2 = 2nd is a count of submissions, 4 = 4th is the offset.
+ * Vector calls (readv...) carry no size at entry; their exit has the bytes moved. */
 static const struct { long nr; const char *name; __u8 kind; } syscalls[] = {
 	{ SYS_read, "read", 1 }, { SYS_write, "write", 1 },
-	{ SYS_pread64, "pread64", 1 }, { SYS_pwrite64, "pwrite64", 1 },
-	{ SYS_readv, "readv", 1 }, { SYS_writev, "writev", 1 },
-	{ SYS_preadv, "preadv", 1 }, { SYS_pwritev, "pwritev", 1 },
+	{ SYS_pread64, "pread64", 1 | 4 }, { SYS_pwrite64, "pwrite64", 1 | 4 },
+	{ SYS_readv, "readv", 0 }, { SYS_writev, "writev", 0 },
+	{ SYS_preadv, "preadv", 4 }, { SYS_pwritev, "pwritev", 4 },
 	{ SYS_recvfrom, "recvfrom", 1 }, { SYS_sendto, "sendto", 1 },
-	{ SYS_recvmsg, "recvmsg", 1 }, { SYS_sendmsg, "sendmsg", 1 },
+	{ SYS_recvmsg, "recvmsg", 0 }, { SYS_sendmsg, "sendmsg", 0 },
 #ifdef SYS_io_uring_enter
 	{ SYS_io_uring_enter, "io_uring_enter", 2 },
 #endif
-	{ SYS_io_submit, "io_submit", 1 },
+	{ SYS_io_submit, "io_submit", 2 },
 };
 #define NSYSCALLS (sizeof(syscalls) / sizeof(syscalls[0]))
 
@@ -548,7 +550,7 @@ static int handle_event(void *ctx, void *data, size_t len)
 		fputs(",\"conn\":null", out);
 	}
 	KEY_U("cookie", (f & F_CONN) && e->cookie, e->cookie);
-	KEY_U("lba", f & F_LBA, e->lba);
+	KEY_U("lba", (f & F_LBA) && strcmp(info->layer, "syscall"), e->lba);
 	KEY_U("bytes", f & F_BYTES, e->bytes);
 	KEY_U("itt", f & F_ITT, e->itt);
 	KEY_U("opcode", f & F_OPCODE && strcmp(info->layer, "block"), e->opcode);
@@ -618,6 +620,8 @@ static int handle_event(void *ctx, void *data, size_t len)
 	fprintf(out, ",\"tid\":%u", e->tid);
 	if (e->netns)
 		fprintf(out, ",\"netns\":%u", e->netns);
+	if ((f & F_LBA) && !strcmp(info->layer, "syscall"))
+		fprintf(out, ",\"offset\":%llu", (unsigned long long)e->lba);
 	if (e->type == EV_SYS_ENTER)
 		fprintf(out, ",\"fd\":%d", e->status);
 	else if (e->type == EV_SYS_EXIT)
@@ -1323,9 +1327,10 @@ int main(int argc, char **argv)
 	for (i = 0; i < NSYSCALLS; i++) {
 		__u32 nr = (__u32)syscalls[i].nr;
 
+		__u8 kind = syscalls[i].kind | 0x80; /* nonzero: wanted */
+
 		if (syscalls[i].nr >= 0 && syscalls[i].nr < 512)
-			bpf_map__update_elem(skel->maps.sys_wanted, &nr, sizeof(nr),
-					     &syscalls[i].kind, 1, 0);
+			bpf_map__update_elem(skel->maps.sys_wanted, &nr, sizeof(nr), &kind, 1, 0);
 	}
 	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), handle_event, NULL, NULL);
 	if (!rb) {

@@ -62,8 +62,11 @@ struct {
 struct sys_start_val {
 	__u64 ts;
 	__u64 count;
+	__u64 off;
 	__u32 nr;
 	__s32 fd;
+	__u32 has_off;
+	__u32 pad;
 };
 
 struct {
@@ -677,26 +680,35 @@ int BPF_PROG(rq_complete_raw, struct request *rq, int error, unsigned int nr_byt
 
 /* ---------------------------------------------------------------- syscalls */
 
+/* sys_wanted values: which arguments carry what (set by the loader per syscall) */
+#define SYS_ARG3_SIZE 1   /* read/write/pread64/recvfrom/sendto: (fd, buf, size, ...) */
+#define SYS_ARG2_COUNT 2  /* io_uring_enter(fd, to_submit), io_submit(ctx, nr) */
+#define SYS_ARG4_OFFSET 4 /* pread64/pwrite64/preadv/pwritev: file offset */
+
 static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
 {
 	struct sys_start_val v = {};
 	struct istrace_event *e;
 	__u32 nr = id, tid;
-	__u8 *want;
+	__u8 *want, w;
 
 	if (id < 0 || id >= 512)
 		return 0;
 	want = bpf_map_lookup_elem(&sys_wanted, &nr);
 	if (!want || !*want || !task_wanted())
 		return 0;
+	w = *want;
 	tid = (__u32)bpf_get_current_pid_tgid();
 	v.nr = nr;
 	v.fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
-	/* read/write/pread/recvfrom/sendto: 3rd arg is the size; readv/writev: iovcnt;
-	 * io_uring_enter: to_submit.  The loader names which. */
-	v.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
-	if (*want == 2) /* io_uring_enter(fd, to_submit, ...) */
+	if (w & SYS_ARG3_SIZE)
+		v.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	else if (w & SYS_ARG2_COUNT)
 		v.count = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	if (w & SYS_ARG4_OFFSET) {
+		v.off = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		v.has_off = 1;
+	}
 	e = ev_new(EV_SYS_ENTER);
 	if (!e)
 		return 0;
@@ -704,8 +716,15 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
 	bpf_map_update_elem(&sys_start, &tid, &v, BPF_ANY);
 	e->reason = nr;
 	e->status = v.fd;
-	e->bytes = v.count;
-	e->flags |= F_REASON | F_BYTES | F_STATUS;
+	e->flags |= F_REASON | F_STATUS;
+	if (w & (SYS_ARG3_SIZE | SYS_ARG2_COUNT)) {
+		e->bytes = v.count;
+		e->flags |= F_BYTES;
+	}
+	if (v.has_off) {
+		e->lba = v.off; /* printed as "offset" (bytes) for syscalls */
+		e->flags |= F_LBA;
+	}
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
@@ -723,6 +742,10 @@ static __always_inline int on_sys_exit(long ret)
 	if (e) {
 		e->reason = v->nr;
 		e->lat_ns = e->ts_ns - v->ts;
+		if (v->has_off) {
+			e->lba = v->off;
+			e->flags |= F_LBA;
+		}
 		e->bytes = ret > 0 ? ret : 0;
 		e->status = ret < -0x7fffffffL ? -0x7fffffff : (ret > 0x7fffffffL ? 0x7fffffff : ret);
 		e->flags |= F_REASON | F_BYTES | F_STATUS | F_LAT;

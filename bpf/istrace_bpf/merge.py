@@ -46,16 +46,16 @@ EVENT_COLUMNS = [
     "snd_wnd", "lat_ns", "dev", "reason",
 ]
 MERGED_EXTRA = ["source", "ts_ns_merged", "cmd_id", "dir", "pdu", "cdb_name", "xfer_bytes"]
-TAIL_EXTRA = ["flags", "tid", "status", "fd", "ret", "netns"]
+TAIL_EXTRA = ["flags", "tid", "status", "fd", "ret", "offset", "netns"]
 MERGED_COLUMNS = EVENT_COLUMNS + MERGED_EXTRA + TAIL_EXTRA
 
 _INT_COLS = ["ts_ns", "pid", "cookie", "lba", "bytes", "itt", "opcode", "seq", "ack", "cwnd",
              "ssthresh", "srtt_us", "inflight", "rwnd", "snd_wnd", "lat_ns", "ts_ns_merged",
-             "cmd_id", "pdu", "xfer_bytes", "tid", "status", "fd", "ret", "netns"]
+             "cmd_id", "pdu", "xfer_bytes", "tid", "status", "fd", "ret", "offset", "netns"]
 _STR_COLS = ["host", "layer", "event", "comm", "conn", "ca_state", "dev", "reason", "source",
              "dir", "cdb_name", "flags"]
 
-_EVENT_FIELDS = EVENT_COLUMNS + ["source", "tid", "status", "fd", "ret", "netns", "lost"]
+_EVENT_FIELDS = EVENT_COLUMNS + ["source", "tid", "status", "fd", "ret", "offset", "netns", "lost"]
 _EVENT_SCHEMA = pa.schema([
     pa.field(c, pa.string() if c in _STR_COLS else pa.uint64() if c == "cookie" else pa.int64())
     for c in _EVENT_FIELDS
@@ -265,6 +265,32 @@ def _end_ts(c: pd.DataFrame) -> np.ndarray:
     return np.where(np.isnan(resp), never, resp).astype(np.int64)
 
 
+def _by_offset(rows: pd.DataFrame, commands: pd.DataFrame, slack_ns: int) -> pd.Series:
+    """pread/pwrite of a LUN backing file: the command whose LBA * block size is the offset.
+
+    tgtd reads the backing file at LBA * block size; among commands with that byte offset,
+    the latest issued before the call owns it."""
+    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
+    c = commands.dropna(subset=["issue_ts_ns", "lba"])
+    if rows.empty or c.empty:
+        return out
+    blocks = pd.to_numeric(c.get("xfer_blocks"), errors="coerce")
+    nbytes = pd.to_numeric(c.get("xfer_bytes"), errors="coerce")
+    bs = (nbytes / blocks).where(blocks > 0).round()
+    block_size = int(bs.median()) if bs.notna().any() else 512
+    left = pd.DataFrame({"t": rows["ts_ns_merged"].to_numpy(np.int64),
+                         "off": rows["offset"].astype("int64").to_numpy(),
+                         "i": rows.index.to_numpy()}).sort_values("t")
+    right = pd.DataFrame({"t": c["issue_ts_ns"].astype("int64").to_numpy() - slack_ns,
+                          "off": pd.to_numeric(c["lba"]).astype("int64").to_numpy() * block_size,
+                          "end": _end_ts(c) + slack_ns,
+                          "cmd": c["cmd"].to_numpy()}).sort_values("t")
+    mm = pd.merge_asof(left, right, on="t", by="off", direction="backward")
+    ok = mm["cmd"].notna() & (mm["t"] <= mm["end"])
+    out.loc[mm.loc[ok, "i"].to_numpy()] = mm.loc[ok, "cmd"].astype("int64").to_numpy()
+    return out
+
+
 def _by_time(rows: pd.DataFrame, commands: pd.DataFrame, slack_ns: int) -> pd.Series:
     """cmd outstanding at each row's time: the latest issued whose response is not yet seen."""
     out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
@@ -454,6 +480,10 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
         time_rows = (df["source"] == "probe") & df["layer"].isin(["syscall", "block"])
         time_rows = time_rows.fillna(False).astype(bool)
         cmd[time_rows] = _by_time(df.loc[time_rows], commands, slack)
+        off_rows = time_rows & df["offset"].notna()
+        if off_rows.any():
+            by_off = _by_offset(df.loc[off_rows], commands, slack)
+            cmd[off_rows] = by_off.where(by_off.notna(), cmd[off_rows])
     else:
         notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")
     df["cmd_id"] = cmd

@@ -1,0 +1,138 @@
+"""Shared pieces of the probe tests: one traced read run on the namespace testbed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from istrace_bpf.probe_cli import Probe
+from istrace_cli import testbed_state
+from istrace_cli.paths import REPO_ROOT, binary
+from istrace_cli.testbed import Testbed
+
+PROBE = REPO_ROOT / "bpf" / "istrace-probe"
+DROP_OBJ = REPO_ROOT / "kernel" / "istrace_drop.bpf.o"
+
+
+@dataclass
+class Run:
+    dir: Path
+    gen_rc: int
+    gen_out: str
+    ss_text: str
+    tcpdump_drops: dict[str, int] = field(default_factory=dict)
+    probe_err: dict[str, str] = field(default_factory=dict)
+    xdp_dropped: int = -1
+
+
+def tgtd_pid(tb: Testbed) -> int:
+    state = testbed_state.load(tb.cfg.name) or tb.state
+    return int(next(p["pid"] for p in state["pids"] if p["what"] == "tgtd"))
+
+
+def evict_lun(path: str) -> None:
+    """Write back and drop the LUN's pages so tgtd's reads reach the block layer."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _start_tcpdump(tb: Testbed, host: str, out: Path) -> subprocess.Popen[bytes]:
+    dev, popen = (tb.ini_dev, tb.popen_ini) if host == "initiator" else (tb.tgt_dev, tb.popen_tgt)
+    err = open(out / f"tcpdump-{host}.err", "wb")  # noqa: SIM115 - closed by the process end
+    p = popen(["tcpdump", "-B", "524288", "-s", "0", "-U", "-i", dev, "-w",
+               str(out / f"{host}.pcap"), "tcp port 3260"], stderr=err, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if b"listening on" in (out / f"tcpdump-{host}.err").read_bytes():
+            return p
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise RuntimeError(f"tcpdump on {dev} did not start: "
+                       f"{(out / f'tcpdump-{host}.err').read_text(errors='replace')}")
+
+
+def _stop_tcpdump(p: subprocess.Popen[bytes], errfile: Path) -> int:
+    p.terminate()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    m = re.search(r"(\d+) packets dropped by kernel", errfile.read_text(errors="replace"))
+    return int(m.group(1)) if m else -1
+
+
+SS_LOOP = ("for i in $(seq {n}); do echo \"T $(date +%s%N)\"; "
+           "ss -tin state established '( sport = :3260 )'; echo \"E $(date +%s%N)\"; "
+           "sleep 0.05; done")
+
+
+def traced_read(tb: Testbed, out: Path, seconds: float = 2.0, size: str = "1M",
+                depth: int = 2, xdp_drop: bool = False, ss_samples: int = 30) -> Run:
+    """Probes + captures on both ends while istrace-gen reads; ss -ti sampled on the target."""
+    out.mkdir(parents=True, exist_ok=True)
+    gen = binary("istrace-gen")
+    evict_lun(tb.lun_path)
+    if xdp_drop:
+        subprocess.run(["ip", "-n", tb.ini_ns, "link", "set", "dev", tb.ini_dev, "xdpgeneric",
+                        "obj", str(DROP_OBJ), "sec", "xdp"], check=True, capture_output=True)
+    dumps = {h: _start_tcpdump(tb, h, out) for h in ("initiator", "target")}
+    run = Run(out, -1, "", "")
+    try:
+        pi = Probe(out / "events-initiator.jsonl",
+                   ["--host", "initiator", "--netns", tb.ini_ns, "--usdt", str(gen)],
+                   stderr_path=out / "probe-initiator.err")
+        pt = Probe(out / "events-target.jsonl",
+                   ["--host", "target", "--netns", tb.tgt_ns, "--tgtd", str(tgtd_pid(tb)),
+                    "--block-dev", tb.lun_path], stderr_path=out / "probe-target.err")
+        with pi, pt:
+            ss = tb.popen_tgt(["sh", "-c", SS_LOOP.format(n=ss_samples)],
+                              stdout=subprocess.PIPE, text=True)
+            r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size", size,
+                            "--time", str(seconds), "--queue-depth", str(depth), "--quiet",
+                            "--timeout", "20"], capture_output=True, timeout=seconds + 60)
+            run.gen_rc, run.gen_out = r.returncode, r.stdout + r.stderr
+            run.ss_text, _ = ss.communicate(timeout=60)
+        run.probe_err = {"initiator": pi.stderr(), "target": pt.stderr()}
+    finally:
+        for h, p in dumps.items():
+            run.tcpdump_drops[h] = _stop_tcpdump(p, out / f"tcpdump-{h}.err")
+        if xdp_drop:
+            dump = subprocess.run(["bpftool", "map", "dump", "name", "drop_stats", "-j"],
+                                  capture_output=True, text=True, check=False)
+            m = re.findall(r'"value":\s*(\d+)', dump.stdout)
+            if len(m) >= 2:
+                run.xdp_dropped = int(m[1])
+            subprocess.run(["ip", "-n", tb.ini_ns, "link", "set", "dev", tb.ini_dev,
+                            "xdpgeneric", "off"], check=False, capture_output=True)
+    return run
+
+
+def ss_samples(text: str) -> pd.DataFrame:
+    """(t0_ns, t1_ns, conn, cwnd) per established socket per `ss -tin` sample."""
+    rows = []
+    t0 = 0
+    conn = None
+    pending: list[tuple[str, int]] = []
+    for line in text.splitlines():
+        if line.startswith("T "):
+            t0, pending = int(line[2:]), []
+        elif line.startswith("E "):
+            rows += [(t0, int(line[2:]), c, w) for c, w in pending]
+        elif (m := re.search(r"(\S+:\d+)\s+(\S+:\d+)\s*$", line)) and not line[0].isspace():
+            conn = f"{m.group(2)}-{m.group(1)}"  # on the target the peer is the initiator
+        elif "cwnd:" in line and conn:
+            m = re.search(r"\bcwnd:(\d+)", line)
+            if m:
+                pending.append((conn, int(m.group(1))))
+    return pd.DataFrame(rows, columns=["t0", "t1", "conn", "cwnd"])
