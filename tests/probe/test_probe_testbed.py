@@ -53,7 +53,7 @@ def test_every_available_layer_on_both_ends(read_run) -> None:
     assert "scsi_dispatch" in run.probe_err["target"]
     assert "not attached: raw_tp: tracepoint scsi_dispatch_cmd_start not in this kernel" \
         in run.probe_err["target"]
-    assert "layer tcp     attached with tp_btf" in run.probe_err["initiator"]
+    assert "layer tcp attached with tp_btf" in " ".join(run.probe_err["initiator"].split())
 
 
 def test_cmd_id_ties_the_layers(read_run) -> None:

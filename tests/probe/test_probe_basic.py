@@ -1,0 +1,173 @@
+"""istrace-probe without the testbed: arguments, hook choice, unavailable hooks, kill -9;
+the merger's clock estimate on synthetic segments with a known offset."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from istrace_bpf.merge import estimate_offset, load_events, merge_dir
+from istrace_bpf.probe_cli import Probe, read_meta
+from probehelp import PROBE
+
+
+def run_probe(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(PROBE), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def test_list_hooks_names_every_layer() -> None:
+    r = run_probe("--list-hooks")
+    assert r.returncode == 0
+    layers = {line.split()[1] for line in r.stdout.splitlines()[1:]}
+    assert layers == {"tcp", "net", "block", "syscall", "scsi", "iscsi"}
+    assert "tcp_probe            tcp      tcp_probe                  tp_btf raw_tp" in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "--out FILE is required"),
+    (("--out", "/dev/null", "--port", "70000"), "--port 70000: not a port"),
+    (("--out", "/dev/null", "--layers", "tcp,disk"), "unknown layer 'disk'"),
+    (("--out", "/dev/null", "--netns", "no-such-ns-prb"), "--netns no-such-ns-prb"),
+    (("--out", "/dev/null", "--pid", "abc"), "--pid abc: not a process id"),
+    (("--out", "/dev/null", "--tgtd", "999999999"), "--tgtd 999999999: no such process"),
+])
+def test_bad_arguments_give_one_clear_line(args: tuple[str, ...], message: str) -> None:
+    r = run_probe(*args)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 3
+
+
+def test_disabled_and_bogus_hooks_give_a_line_not_a_failure(tmp_path: Path) -> None:
+    out = tmp_path / "ev.jsonl"
+    r = run_probe("--out", str(out), "--layers", "tcp,scsi", "--duration", "0.5",
+                  "--disable", "tcp_probe", "--disable", "no_such_hook")
+    assert r.returncode == 0, r.stderr
+    err = " ".join(r.stderr.split())  # column padding aside
+    assert "--disable no_such_hook: no such hook or layer (ignored" in err
+    assert "hook tcp_probe (tcp) not attached: disabled by --disable" in err
+    # the rest of the layer still attaches
+    assert "hook cong_state (tcp) attached with tp_btf" in err
+    assert "layer tcp attached with tp_btf (4 of 5 hooks)" in err
+    # kernel SCSI hooks this kernel lacks: a reason, for each variant tried
+    assert "hook scsi_dispatch" in err and "not in this kernel" in err
+    meta = read_meta(out)
+    assert meta is not None
+    assert meta["hooks"]["tcp_probe"] == "not attached: disabled by --disable"
+    assert meta["hooks"]["cong_state"] == "tp_btf"
+    assert meta["clock_offset_ns"] > 0 and meta["clock_uncertainty_ns"] < 1_000_000
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["event"] == "end" and last["lost"] == 0
+
+
+def test_whole_layer_unavailable_is_reported(tmp_path: Path) -> None:
+    """tgtd's hooks without a tgtd, the USDT without a binary: lines saying why."""
+    r = run_probe("--out", str(tmp_path / "ev.jsonl"), "--layers", "iscsi", "--duration", "0.3",
+                  "--libiscsi", str(tmp_path / "missing.so"))
+    assert r.returncode == 0, r.stderr
+    err = " ".join(r.stderr.split())
+    assert "hook tgt_execute (iscsi) not attached: uprobe: no --tgtd PID|PATH given" in err
+    assert "layer iscsi not attached: no hook available" in err
+    assert "layer tcp not attached: not in --layers" in err
+
+
+def _loopback_traffic(stop: threading.Event) -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+
+    def sink() -> None:
+        c, _ = srv.accept()
+        while c.recv(1 << 16):
+            pass
+
+    threading.Thread(target=sink, daemon=True).start()
+    cli = socket.create_connection(("127.0.0.1", port))
+    deadline = time.monotonic() + 10
+    while not stop.is_set() and time.monotonic() < deadline:
+        cli.sendall(b"x" * (1 << 16))
+    cli.close()
+    srv.close()
+
+
+def test_kill_9_leaves_complete_lines(tmp_path: Path) -> None:
+    """Events are on disk as they come: after SIGKILL every complete line parses and the
+    merger reads the file (dropping at most a partial last line)."""
+    out = tmp_path / "events-initiator.jsonl"
+    stop = threading.Event()
+    p = Probe(out, ["--layers", "tcp", "--port", "0"]).start()
+    t = threading.Thread(target=_loopback_traffic, args=(stop,), daemon=True)
+    t.start()
+    time.sleep(1.0)
+    assert p.proc is not None
+    p.proc.send_signal(signal.SIGKILL)
+    p.proc.wait()
+    stop.set()
+    t.join()
+    text = out.read_bytes()
+    lines = text.split(b"\n")
+    complete = lines[:-1]
+    assert len(complete) > 10
+    for line in complete:
+        json.loads(line)
+    df, meta, lost = load_events(out)
+    assert len(df) >= len(complete) - 1 - 2  # meta + lost lines are not events
+    assert set(df["layer"]) == {"tcp"} and meta["event"] == "meta"
+
+
+def _segments(n: int, offset_ns: int, d_i2t: int, d_t2i: int) -> tuple[pd.DataFrame, ...]:
+    """Both captures of n segments each way, target clock = initiator clock + offset."""
+    rng = np.random.default_rng(7)
+    send = np.sort(rng.integers(0, 10**9, 2 * n))
+    dirs = np.array(["i2t", "t2i"] * n)
+    jitter = rng.integers(0, 200_000, 2 * n)  # queueing on the path, >= 0
+    base = pd.DataFrame({"conn": "10.0.0.1:5-10.0.0.2:3260", "dir": dirs,
+                         "seq": np.arange(2 * n) * 1000, "ack": 1, "len": 100, "flags": 0x18,
+                         "win": 500})
+    ini = base.copy()
+    tgt = base.copy()
+    is_i2t = dirs == "i2t"
+    # the sender's capture time on its own clock, the receiver's on its own clock
+    ini_t = np.where(is_i2t, send, send + d_t2i + jitter)            # initiator clock
+    tgt_t = np.where(is_i2t, send + d_i2t + jitter, send) + offset_ns  # target clock
+    ini["ts_ns"] = ini_t
+    tgt["ts_ns"] = tgt_t
+    return ini, tgt
+
+
+@pytest.mark.parametrize("offset", [0, 5_000_000, -123_456_789])
+def test_clock_estimate_brackets_a_known_offset(offset: int) -> None:
+    ini, tgt = _segments(500, offset, d_i2t=300_000, d_t2i=300_000)
+    c = estimate_offset(ini, tgt)
+    assert c.method == "tcp-segments-two-way" and c.samples == 1000
+    assert c.lower_ns <= offset <= c.upper_ns
+    # symmetric delays: the midpoint is the truth up to the jitter floor
+    assert abs(c.offset_ns - offset) <= c.bound_ns
+    assert c.bound_ns <= 300_000 + 5_000  # one-way delay + the smallest jitter drawn
+
+
+def test_clock_estimate_never_silently_zero(tmp_path: Path) -> None:
+    ini, tgt = _segments(50, 7_000_000, 100_000, 100_000)
+    one_way = estimate_offset(ini[ini["dir"] == "i2t"], tgt[tgt["dir"] == "i2t"])
+    assert one_way.bound_ns is None and one_way.method == "tcp-segments-one-way"
+    none = estimate_offset(ini.iloc[:0], tgt)
+    assert none.offset_ns is None and none.method == "none"
+    # a directory with only one host's stream: merged, and the unknown offset is said
+    (tmp_path / "events-initiator.jsonl").write_text(
+        '{"ts_ns":1,"host":"initiator","layer":"meta","event":"meta"}\n'
+        '{"ts_ns":5,"host":"initiator","layer":"tcp","event":"tcp_probe","cwnd":10}\n')
+    r = merge_dir(tmp_path, log=lambda m: None)
+    assert r.rows == 1 and r.clock.offset_ns is None
+    assert any("clock offset unknown" in n for n in r.notes)
+    clock = json.loads((tmp_path / "clock.json").read_text())
+    assert clock["offset_ns"] is None and clock["method"] == "none"
