@@ -30,7 +30,7 @@ from istrace_cli import netns, pattern, testbed_path, testbed_state, testbed_tgt
 
 INI_IP = "10.77.0.1"
 TGT_IP = "10.77.0.2"
-MID_IP = "10.77.0.254"
+MID_IP = testbed_path.MID_IP
 ISCSI_PORT = 3260
 _NAME_RE = re.compile(r"^[a-z0-9]{1,6}$")
 
@@ -214,6 +214,9 @@ class Testbed:
                           tgt_ns=self.tgt_ns, ini_ip=INI_IP, tgt_ip=TGT_IP)
         testbed_state.save(self.state)
         self._wait_path()
+        if self.emulator == "dummynet":
+            testbed_path.calibrate(self)
+            testbed_state.save(self.state)
 
     def _wait_path(self) -> None:
         """The path carries packets both ways (a ping answered) before anyone uses it."""

@@ -15,7 +15,9 @@ steered into the forwarder, which keeps the two directions apart without any bri
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -28,6 +30,10 @@ if TYPE_CHECKING:
     from istrace_cli.testbed import Testbed
 
 TABLE_I2T, TABLE_T2I = 100, 101
+MID_IP = "10.77.0.254"
+COMP_MAX_US = 100
+# SCHED_FIFO forwarder threads: packets leave on time even on a busy machine.
+RT = os.environ.get("ISTRACE_DUMMYNET_RT", "1") != "0"
 
 
 class PathError(RuntimeError):
@@ -101,12 +107,14 @@ def start_dummynet(tb: Testbed) -> None:
             "--delay-t2i-us", str(int(round(t2i * 1000))),
             "--rate-bps", str(int(cfg.rate_mbit * 1e6)), "--loss", repr(cfg.loss),
             "--queue", str(cfg.queue), "--seed", str(cfg.seed),
-            "--stats", str(tb.run_dir / "dummynet.json")]
+            "--stats", str(tb.run_dir / "dummynet.json"),
+            "--control", str(tb.run_dir / "dummynet.ctl"), *(["--rt"] if RT else [])]
     log = open(tb.run_dir / "dummynet.log", "wb")  # noqa: SIM115 - the daemon owns it
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             start_new_session=True)
     log.close()
     testbed_state.add_pid(tb.state, proc.pid, "dummynet")
+    tb.state["dummynet_pid"] = proc.pid
     deadline = time.monotonic() + 10
     while not (netns.link_exists(di, mid) and netns.link_exists(dt, mid)):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -120,6 +128,40 @@ def start_dummynet(tb: Testbed) -> None:
         netns.sh(["ip", "route", "add", "default", "dev", tun, "table", str(table)], ns=mid)
         netns.sh(["ip", "rule", "add", "iif", iif, "lookup", str(table), "pref", str(table)],
                  ns=mid)
+
+
+def _low_rtt_ms(tb: Testbed, dst: str, count: int) -> float | None:
+    """25th percentile of `count` pings: robust against the load spikes of a shared machine."""
+    r = tb.run_ini(["ping", "-n", "-c", str(count), "-i", "0.02", "-W", "2", dst],
+                   capture_output=True, timeout=30)
+    rtts = sorted(float(x) for x in re.findall(r"time=([0-9.]+)", r.stdout))
+    return rtts[len(rtts) // 4] if len(rtts) >= 3 else None
+
+
+def calibrate(tb: Testbed) -> int:
+    """Measure the forwarder's own latency and have it taken off the hold time.
+
+    RTT through the forwarder = set delays + serialisation + the forwarder's cost + the stack
+    cost of one ordinary hop (measured as the RTT to the middle namespace). The difference,
+    halved, is the per-direction compensation in microseconds (0 when noise makes it negative).
+    Only the hold time changes; with delay 0 nothing can be taken off.
+    """
+    cfg = tb.cfg
+    hop = _low_rtt_ms(tb, MID_IP, 15)
+    through = _low_rtt_ms(tb, tb.tgt_ip, 15)
+    if hop is None or through is None:
+        return 0
+    serial_ms = 2 * 84 * 8 / (cfg.rate_mbit * 1e3) if cfg.rate_mbit else 0.0
+    excess_ms = through - sum(cfg.one_way()) - serial_ms - hop
+    # capped: a forwarder that costs more than 100 us per pass is overloaded, not slow
+    comp_us = max(0, min(int(excess_ms * 1000 / 2), COMP_MAX_US,
+                         min(int(d * 1000) for d in cfg.one_way())))
+    (tb.run_dir / "dummynet.ctl").write_text(f"compensate_us {comp_us}\n")
+    pid = int(tb.state["dummynet_pid"])
+    if testbed_state.proc_start(pid) is not None:
+        os.kill(pid, signal.SIGUSR1)
+    tb.state["compensate_us"] = comp_us
+    return comp_us
 
 
 def netem(tb: Testbed) -> None:
