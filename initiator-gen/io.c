@@ -41,7 +41,7 @@ static int claim(struct worker *w, uint64_t *lba)
 static struct cmd *lookup(struct worker *w, uint32_t itt)
 {
 	unsigned slot = itt & 0xffff;
-	if (slot >= w->ncmds || !w->cmds[slot].busy || w->cmds[slot].itt != itt)
+	if (slot >= w->ncmds || w->cmds[slot].busy != 1 || w->cmds[slot].itt != itt)
 		return NULL;
 	return &w->cmds[slot];
 }
@@ -83,7 +83,7 @@ static int send_data_out(struct worker *w, struct cmd *k, uint32_t ttt, uint32_t
 	return 0;
 }
 
-static int issue(struct worker *w, struct cmd *k, uint64_t lba)
+static int issue(struct worker *w, struct cmd *k, uint64_t lba, int retry)
 {
 	struct run *r = w->run;
 	struct conn *c = &w->s.c;
@@ -96,6 +96,8 @@ static int issue(struct worker *w, struct cmd *k, uint64_t lba)
 	k->got = 0;
 	k->next_datasn = 0;
 	k->first_data = 0;
+	if (!retry)
+		k->retries = 0;
 	if (++w->gen == 0xffff)
 		w->gen = 0;
 	k->itt = (uint32_t)w->gen << 16 | slot;
@@ -138,8 +140,10 @@ static int issue(struct worker *w, struct cmd *k, uint64_t lba)
 		k->first_data = 1;
 		USDT_CMD_FIRST_DATA(k->itt, k->lba, k->bytes);
 	}
-	w->outstanding++;
-	stats_issue(r->st);
+	if (!retry) {
+		w->outstanding++;
+		stats_issue(r->st);
+	}
 	if (conn_send_pdu(c, bhs, k->buf, imm) < 0)
 		return -1;
 	if (unsol > imm && send_data_out(w, k, RSVD_TAG, imm, unsol - imm) < 0)
@@ -155,6 +159,15 @@ static int complete(struct worker *w, struct cmd *k, uint8_t status, const unsig
 	uint64_t lat = now_ns() - k->t_issue;
 	char label[96];
 	USDT_CMD_DONE(k->itt, k->lba, k->bytes, status);
+	/* UNIT ATTENTION reports an event (reset, new nexus), not a failed read: re-issue once
+	 * or twice, as any initiator does */
+	if (status == 0x02 && response_sense_key(seg, seglen) == 6 && k->retries < 3) {
+		k->busy = 2; /* re-issued by the engine when the CmdSN window allows */
+		k->retries++;
+		w->pending_retry++;
+		w->unit_attentions++;
+		return 0;
+	}
 	if (status != 0) {
 		char sense[256] = "";
 		if (status == 0x02)
@@ -278,6 +291,13 @@ static int engine(struct worker *w)
 	struct conn *c = &w->s.c;
 	unsigned qd = w->run->o->queue_depth;
 	for (;;) {
+		for (unsigned i = 0; w->pending_retry && i < w->ncmds && conn_window_open(c); i++) {
+			if (w->cmds[i].busy != 2)
+				continue;
+			w->pending_retry--;
+			if (issue(w, &w->cmds[i], w->cmds[i].lba, 1) < 0)
+				return -1;
+		}
 		while (w->outstanding < qd && conn_window_open(c)) {
 			uint64_t lba;
 			if (!claim(w, &lba))
@@ -288,7 +308,7 @@ static int engine(struct worker *w)
 					k = &w->cmds[i];
 					break;
 				}
-			if (!k || issue(w, k, lba) < 0)
+			if (!k || issue(w, k, lba, 0) < 0)
 				return -1;
 		}
 		if (w->outstanding == 0 && (atomic_load(&g_stop) || w->exhausted))

@@ -32,6 +32,7 @@ struct cmd {
 	uint32_t got;         /* Data-In bytes received */
 	uint32_t next_datasn; /* expected DataSN of the next Data-In */
 	uint64_t t_issue;
+	unsigned retries; /* re-issues after UNIT ATTENTION */
 	unsigned char *buf;
 };
 
@@ -45,6 +46,8 @@ struct worker {
 	int exhausted;
 	uint64_t rng;
 	int opened; /* session already open (session 0 is opened by main) */
+	uint64_t unit_attentions;
+	unsigned pending_retry; /* commands waiting to be re-issued */
 	pthread_t th;
 };
 

@@ -432,8 +432,12 @@ static int run_iscsi(struct gen_opts *o)
 				fprintf(stderr, "istrace-gen: %s\n", msg);
 		}
 	}
-	char extra[1024];
-	negotiated_json(s0, r, extra, sizeof(extra));
+	char extra[1200];
+	uint64_t ua = 0;
+	for (unsigned i = 0; i < o->sessions; i++)
+		ua += ws[i].unit_attentions;
+	negotiated_json(s0, r, extra, sizeof(extra) - 64);
+	snprintf(extra + strlen(extra), 64, ", \"unit_attentions\": %llu", (unsigned long long)ua);
 	stats_summary(st, o->json, "iscsi", code, msg, extra);
 	for (unsigned i = 0; i < o->sessions; i++)
 		worker_free(&ws[i]);

@@ -66,6 +66,22 @@ void sense_describe(const unsigned char *sense, size_t len, char *out, size_t ou
 		 an, key, asc, ascq);
 }
 
+int response_sense_key(const unsigned char *seg, size_t len)
+{
+	if (!seg || len < 5)
+		return -1;
+	size_t sl = get16(seg);
+	const unsigned char *sense = seg + 2;
+	if (sl > len - 2)
+		sl = len - 2;
+	uint8_t code = sense[0] & 0x7f;
+	if ((code == 0x72 || code == 0x73) && sl >= 2)
+		return sense[1] & 0x0f;
+	if ((code == 0x70 || code == 0x71) && sl >= 3)
+		return sense[2] & 0x0f;
+	return -1;
+}
+
 void response_sense_describe(const unsigned char *seg, size_t len, char *out, size_t outlen)
 {
 	if (len < 2) {

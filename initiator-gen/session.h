@@ -36,6 +36,8 @@ int session_unsolicited(struct session *s, const struct bhs *h);
 
 /* "ILLEGAL REQUEST / LOGICAL BLOCK ADDRESS OUT OF RANGE (0x05/0x21/0x00)" from sense bytes. */
 void sense_describe(const unsigned char *sense, size_t len, char *out, size_t outlen);
+/* Sense key of a SCSI Response data segment (SenseLength + sense); -1 when none. */
+int response_sense_key(const unsigned char *seg, size_t len);
 /* Decode a SCSI Response data segment (SenseLength + sense) into a description. */
 void response_sense_describe(const unsigned char *seg, size_t len, char *out, size_t outlen);
 

@@ -66,7 +66,8 @@ void stats_init(struct stats *s)
 void stats_issue(struct stats *s)
 {
 	pthread_mutex_lock(&s->mu);
-	s->outstanding++;
+	if (++s->outstanding > s->max_outstanding)
+		s->max_outstanding = s->outstanding;
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -134,11 +135,11 @@ void stats_summary(struct stats *s, int json, const char *mode, int exit_code,
 	if (json) {
 		printf("{\"mode\": \"%s\", \"bytes\": %llu, \"seconds\": %.6f, \"mb_s\": %.3f, "
 		       "\"iops\": %.1f, \"commands\": %llu, \"errors\": %llu, "
-		       "\"verify_errors\": %llu, \"lat_us\": {\"p50\": %.1f, \"p90\": %.1f, "
+		       "\"verify_errors\": %llu, \"max_outstanding\": %d, \"lat_us\": {\"p50\": %.1f, \"p90\": %.1f, "
 		       "\"p99\": %.1f, \"max\": %.1f}, \"exit\": %d, \"error\": ",
 		       mode, (unsigned long long)s->bytes, secs, mbs, iops,
 		       (unsigned long long)s->cmds, (unsigned long long)s->errors,
-		       (unsigned long long)s->verify_errors, p50, p90, p99, mx, exit_code);
+		       (unsigned long long)s->verify_errors, s->max_outstanding, p50, p90, p99, mx, exit_code);
 		if (error)
 			json_puts(stdout, error);
 		else

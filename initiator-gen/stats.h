@@ -26,7 +26,7 @@ struct stats {
 	struct hist total, interval;
 	uint64_t bytes, cmds, errors, verify_errors;
 	uint64_t int_bytes, int_cmds;
-	int outstanding;
+	int outstanding, max_outstanding;
 	uint64_t t_start, t_last, t_done; /* t_done: last completion */
 };
 
