@@ -142,7 +142,8 @@ static struct {
 	int port;
 	bool block_all, verbose, list;
 	double stats_interval;
-} opt = { .host = "initiator", .port = 3260, .ringbuf_mb = 16, .stats_interval = 1.0,
+	double tcp_sample_ms;
+} opt = { .host = "initiator", .port = 3260, .ringbuf_mb = 16, .stats_interval = 1.0, .tcp_sample_ms = 10,
 	    .exclude = { "tcpdump", "dumpcap", "ss" }, .nexclude = 3 };
 
 static struct istrace_filter filt;
@@ -175,6 +176,9 @@ static void usage(FILE *f)
 "  --exclude-comm NAME  tasks named NAME are not traced by the syscall/user/block\n"
 "                       probes (repeatable, max 4; default tcpdump, dumpcap, ss;\n"
 "                       --exclude-comm '' clears the list)\n"
+"  --tcp-sample-ms MS   tcp_probe/rcv_space: one event per socket when cwnd,\n"
+"                       ssthresh, CA state or a window changes, else at most\n"
+"                       every MS (default 10); 0 = an event for every ACK\n"
 "  --list-hooks         print the hook table and exit\n"
 "  -v, --verbose        libbpf messages on stderr\n");
 }
@@ -199,6 +203,7 @@ static int parse_args(int argc, char **argv)
 		{ "stats-interval", required_argument, NULL, 's' },
 		{ "list-hooks", no_argument, NULL, 'T' },
 		{ "exclude-comm", required_argument, NULL, 'X' },
+		{ "tcp-sample-ms", required_argument, NULL, 'S' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -281,6 +286,13 @@ static int parse_args(int argc, char **argv)
 			}
 			break;
 		case 'T': opt.list = true; break;
+		case 'S':
+			opt.tcp_sample_ms = strtod(optarg, &end);
+			if (*end || opt.tcp_sample_ms < 0 || opt.tcp_sample_ms > 60000) {
+				fprintf(stderr, "istrace-probe: --tcp-sample-ms %s: 0..60000\n", optarg);
+				return -1;
+			}
+			break;
 		case 'X':
 			if (!opt.exclude_set)
 				opt.nexclude = 0;
@@ -1268,6 +1280,7 @@ int main(int argc, char **argv)
 
 	filt.port = (__u16)opt.port;
 	filt.self_pid = (__u32)getpid();
+	filt.tcp_sample_ns = (__u64)(opt.tcp_sample_ms * 1e6);
 	filt.any_task = !opt.npids && !opt.netns_given;
 	filt.block_by_pid = !opt.block_all && (opt.npids || opt.netns_given);
 	/* user-space struct offsets: libiscsi from its public header, tgtd from tgt 1.0.85

@@ -113,6 +113,23 @@ struct {
 	__type(value, __u64);
 } lib_task SEC(".maps");
 
+/* Per socket: what its last tcp_probe / rcv_space event said (change-only output). */
+struct sock_last {
+	__u64 ts;
+	__u64 rcv_ts;
+	__u32 cwnd, ssthresh, snd_wnd, rwnd;
+	__u32 space, rcvbuf;
+	__u8 ca_state;
+	__u8 pad[7];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* struct sock * */
+	__type(value, struct sock_last);
+} sock_last SEC(".maps");
+
 /* ---------------------------------------------------------------- helpers */
 
 static __always_inline struct istrace_event *ev_new(__u32 type)
@@ -137,6 +154,17 @@ static __always_inline struct istrace_event *ev_new(__u32 type)
 	e->tid = (__u32)id;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	return e;
+}
+
+/* Wake the reader only when a batch has piled up: it polls every 100 ms anyway, and a
+ * wake-up per event costs a context switch per event. */
+#define WAKEUP_BYTES (256 * 1024)
+
+static __always_inline void ev_submit(struct istrace_event *e)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+
+	bpf_ringbuf_submit(e, avail >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline __u32 current_netns(void)
@@ -277,18 +305,53 @@ static __always_inline void fill_cdb(struct istrace_event *e, const __u8 *c)
 
 /* ---------------------------------------------------------------- TCP */
 
+/* Whether this tcp_probe hit is worth an event: something the study plots changed, or
+ * the socket has been quiet for cfg.tcp_sample_ns (a heartbeat with srtt, inflight). */
+static __always_inline bool tcp_probe_due(const struct sock *sk)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	const struct inet_connection_sock *icsk = (const struct inet_connection_sock *)sk;
+	struct sock_last now = {}, *last;
+	__u64 key = (__u64)sk;
+
+	if (!cfg.tcp_sample_ns)
+		return true;
+	now.ts = bpf_ktime_get_ns();
+	now.cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	now.ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+	now.snd_wnd = BPF_CORE_READ(tp, snd_wnd) >> 14;
+	now.rwnd = BPF_CORE_READ(tp, rcv_wnd) >> 14;
+	now.ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+	last = bpf_map_lookup_elem(&sock_last, &key);
+	if (last && now.ts - last->ts < cfg.tcp_sample_ns && last->cwnd == now.cwnd &&
+	    last->ssthresh == now.ssthresh && last->snd_wnd == now.snd_wnd &&
+	    last->rwnd == now.rwnd && last->ca_state == now.ca_state)
+		return false;
+	if (last) {
+		last->ts = now.ts;
+		last->cwnd = now.cwnd;
+		last->ssthresh = now.ssthresh;
+		last->snd_wnd = now.snd_wnd;
+		last->rwnd = now.rwnd;
+		last->ca_state = now.ca_state;
+	} else {
+		bpf_map_update_elem(&sock_last, &key, &now, BPF_ANY);
+	}
+	return true;
+}
+
 static __always_inline int on_tcp_probe(struct sock *sk, __u64 cookie)
 {
 	struct istrace_event *e;
 
-	if (!sock_wanted(sk))
+	if (!sock_wanted(sk) || !tcp_probe_due(sk))
 		return 0;
 	e = ev_new(EV_TCP_PROBE);
 	if (!e)
 		return 0;
 	fill_conn(e, sk, cookie);
 	fill_cwnd(e, sk);
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -319,7 +382,7 @@ static __always_inline int on_cong_state(struct sock *sk, __u8 state, __u64 cook
 	e->reason = e->ca_state;
 	e->ca_state = state;
 	e->flags |= F_REASON;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -352,7 +415,7 @@ static __always_inline int on_retransmit(const struct sock *sk, const struct sk_
 	e->seq = seqs[0];
 	e->bytes = seqs[1] - seqs[0];
 	e->flags |= F_BYTES;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -381,7 +444,7 @@ static __always_inline int on_sock_state(const struct sock *sk, int old, int new
 	e->reason = old;
 	e->ca_state = new;
 	e->flags |= F_REASON;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -401,17 +464,40 @@ static __always_inline int on_rcv_space(struct sock *sk, __u64 cookie)
 {
 	struct istrace_event *e;
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	__u32 space, rcvbuf;
+	__u64 key = (__u64)sk, now;
+	struct sock_last *last, init = {};
 
 	if (!sock_wanted(sk))
 		return 0;
+	/* called on every read by the application: write only what autotuning changed */
+	space = BPF_CORE_READ(tp, rcvq_space.space);
+	rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
+	if (cfg.tcp_sample_ns) {
+		now = bpf_ktime_get_ns();
+		last = bpf_map_lookup_elem(&sock_last, &key);
+		if (last && last->space == space && last->rcvbuf == rcvbuf &&
+		    now - last->rcv_ts < cfg.tcp_sample_ns)
+			return 0;
+		if (last) {
+			last->space = space;
+			last->rcvbuf = rcvbuf;
+			last->rcv_ts = now;
+		} else {
+			init.space = space;
+			init.rcvbuf = rcvbuf;
+			init.rcv_ts = now;
+			bpf_map_update_elem(&sock_last, &key, &init, BPF_ANY);
+		}
+	}
 	e = ev_new(EV_RCV_SPACE);
 	if (!e)
 		return 0;
 	fill_conn(e, sk, cookie);
-	e->rwnd = BPF_CORE_READ(tp, rcvq_space.space);
-	e->bytes = BPF_CORE_READ(sk, sk_rcvbuf);
+	e->rwnd = space;
+	e->bytes = rcvbuf;
 	e->flags |= F_RWND | F_BYTES;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -499,7 +585,7 @@ static __always_inline int on_kfree_skb(struct sk_buff *skb, __u32 reason)
 	e->bytes = BPF_CORE_READ(skb, len);
 	e->reason = reason;
 	e->flags |= F_REASON | F_BYTES;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -534,7 +620,7 @@ static __always_inline int on_qdisc_enqueue(struct Qdisc *q, struct sk_buff *skb
 	e->bytes = BPF_CORE_READ(q, qstats.backlog);
 	e->dev = BPF_CORE_READ(q, dev_queue, dev, ifindex);
 	e->flags |= F_REASON | F_BYTES | F_DEV;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -587,7 +673,7 @@ static __always_inline int on_bio(struct bio *bio, __u32 type, __u32 extra)
 	e->opcode = BPF_CORE_READ(bio, bi_opf) & 0xff; /* REQ_OP_READ 0, WRITE 1 */
 	e->reason = extra;
 	e->flags |= F_DEV | F_LBA | F_BYTES | F_OPCODE | F_REASON;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -634,7 +720,7 @@ static __always_inline int on_rq_issue(struct request *rq)
 	e->bytes = BPF_CORE_READ(rq, __data_len);
 	e->opcode = BPF_CORE_READ(rq, cmd_flags) & 0xff;
 	e->flags |= F_DEV | F_LBA | F_BYTES | F_OPCODE;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -659,7 +745,7 @@ static __always_inline int on_rq_complete(struct request *rq, int error, unsigne
 	e->opcode = BPF_CORE_READ(rq, cmd_flags) & 0xff;
 	e->status = error;
 	e->flags |= F_DEV | F_LBA | F_BYTES | F_OPCODE | F_LAT | F_STATUS;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -725,7 +811,7 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
 		e->lba = v.off; /* printed as "offset" (bytes) for syscalls */
 		e->flags |= F_LBA;
 	}
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -749,7 +835,7 @@ static __always_inline int on_sys_exit(long ret)
 		e->bytes = ret > 0 ? ret : 0;
 		e->status = ret < -0x7fffffffL ? -0x7fffffff : (ret > 0x7fffffffL ? 0x7fffffff : ret);
 		e->flags |= F_REASON | F_BYTES | F_STATUS | F_LAT;
-		bpf_ringbuf_submit(e, 0);
+		ev_submit(e);
 	}
 	bpf_map_delete_elem(&sys_start, &tid);
 	return 0;
@@ -802,7 +888,7 @@ static __always_inline int on_scsi_cmnd(void *cmd, __u32 type)
 	e->bytes = BPF_CORE_READ(sc, sdb.length);
 	e->status = BPF_CORE_READ(sc, result);
 	e->flags |= F_BYTES | F_STATUS;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -831,7 +917,7 @@ int BPF_KPROBE(kiscsi_pdu_kp, void *conn, void *hdr)
 	e->bytes = ((__u32)bhs[5] << 16) | ((__u32)bhs[6] << 8) | bhs[7];
 	e->itt = be32(bhs + 16);
 	e->flags |= F_OPCODE | F_BYTES | F_ITT;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -851,7 +937,7 @@ static __always_inline int on_se_cmd(void *cmd, __u32 type)
 	e->bytes = BPF_CORE_READ(c, data_length);
 	e->status = BPF_CORE_READ(c, scsi_status);
 	e->flags |= F_ITT | F_BYTES | F_STATUS;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -880,7 +966,7 @@ static __always_inline int on_usdt(__u32 type, long itt, long lba, long bytes, l
 		e->status = status;
 		e->flags |= F_STATUS;
 	}
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -946,7 +1032,7 @@ static __always_inline int on_tgt_cmd(void *cmd, __u32 type, int result)
 		e->status = result;
 		e->flags |= F_STATUS;
 	}
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -988,7 +1074,7 @@ int BPF_KPROBE(tgt_execute, void *task)
 	e->itt = bpf_ntohl(itt);
 	e->bytes = bpf_ntohl(len);
 	e->flags |= F_ITT | F_BYTES;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 
@@ -1000,7 +1086,7 @@ static __always_inline int on_plain(__u32 type)
 		return 0;
 	e = ev_new(type);
 	if (e)
-		bpf_ringbuf_submit(e, 0);
+		ev_submit(e);
 	return 0;
 }
 
@@ -1053,7 +1139,7 @@ int BPF_KRETPROBE(lib_cmd_return, int ret)
 	e->bytes = xfer > 0 ? xfer : 0;
 	e->status = ret;
 	e->flags |= F_ITT | F_BYTES | F_STATUS;
-	bpf_ringbuf_submit(e, 0);
+	ev_submit(e);
 	return 0;
 }
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Probe overhead: istrace-gen read throughput on the namespace testbed with and without
+# every probe attached on both ends (all layers, tgtd uprobes, istrace-gen USDT), in one
+# run.  Rounds alternate (off, on, off, on, ...) so load from other work on the machine
+# hits both sides alike; the medians are compared.  Also reports the probes' lost events
+# (must be 0) and how many events each round produced.
+#
+# usage: bpf/bench/overhead.sh [ROUNDS] [SECONDS] [SIZE] [DEPTH]
+#        defaults: 5 rounds of 3 s, 1M reads, queue depth 4.  Needs root and a build.
+# Env: ISTRACE_BENCH_NAME (testbed name, default obnch), ISTRACE_BENCH_OUT (keep files).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROUNDS=${1:-5} SECONDS_PER=${2:-3} SIZE=${3:-1M} DEPTH=${4:-4}
+export ROUNDS SECONDS_PER SIZE DEPTH
+export PYTHONPATH="$ROOT/scripts:$ROOT/bpf:$ROOT/decoder${PYTHONPATH:+:$PYTHONPATH}"
+exec python3 - <<'PY'
+import json, os, statistics, subprocess, sys, tempfile, time
+from pathlib import Path
+
+from istrace_bpf.probe_cli import Probe
+from istrace_cli import testbed_state
+from istrace_cli.paths import binary
+from istrace_cli.testbed import Testbed, TestbedConfig
+
+rounds, secs = int(os.environ["ROUNDS"]), float(os.environ["SECONDS_PER"])
+size, depth = os.environ["SIZE"], int(os.environ["DEPTH"])
+name = os.environ.get("ISTRACE_BENCH_NAME", "obnch")
+keep = os.environ.get("ISTRACE_BENCH_OUT")
+out = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="istrace-overhead-"))
+out.mkdir(parents=True, exist_ok=True)
+gen = binary("istrace-gen")
+
+
+def read(tb: Testbed) -> float:
+    r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size", size,
+                    "--time", str(secs), "--queue-depth", str(depth), "--json", "--quiet"],
+                   capture_output=True, timeout=secs + 60)
+    if r.returncode != 0:
+        sys.exit(f"overhead: istrace-gen failed ({r.returncode}): {r.stderr.strip()[-300:]}")
+    return float(json.loads(r.stdout.strip().splitlines()[-1])["mb_s"])
+
+
+results: dict[str, list[float]] = {"off": [], "on": []}
+events, lost = [], []
+with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
+    state = testbed_state.load(name) or tb.state
+    tgtd = next(p["pid"] for p in state["pids"] if p["what"] == "tgtd")
+    read(tb)  # warm-up: login path, page cache of the LUN
+    for i in range(rounds):
+        results["off"].append(read(tb))
+        pi = Probe(out / f"ini-{i}.jsonl", ["--host", "initiator", "--netns", tb.ini_ns,
+                                            "--usdt", str(gen)])
+        pt = Probe(out / f"tgt-{i}.jsonl", ["--host", "target", "--netns", tb.tgt_ns,
+                                            "--tgtd", str(tgtd), "--block-dev", tb.lun_path])
+        with pi, pt:
+            results["on"].append(read(tb))
+        n_ev = n_lost = 0
+        for f in (pi.out, pt.out):
+            end = json.loads(f.read_text().splitlines()[-1])
+            n_ev += end["events"]
+            n_lost += end["lost"]
+        events.append(n_ev)
+        lost.append(n_lost)
+        print(f"round {i + 1}/{rounds}: off {results['off'][-1]:.1f} MB/s, "
+              f"on {results['on'][-1]:.1f} MB/s, {n_ev} events, {n_lost} lost", flush=True)
+        if not keep:
+            for f in (pi.out, pt.out):
+                f.unlink(missing_ok=True)
+off, on = statistics.median(results["off"]), statistics.median(results["on"])
+loss = 100.0 * (off - on) / off
+rate = statistics.median(events) / secs
+print(f"median without probes {off:.1f} MB/s, with all probes {on:.1f} MB/s: "
+      f"overhead {loss:+.1f}% of throughput; {rate:.0f} events/s; lost events {sum(lost)}")
+print(json.dumps({"rounds": rounds, "seconds": secs, "size": size, "depth": depth,
+                  "mb_s_off": results["off"], "mb_s_on": results["on"],
+                  "median_off": off, "median_on": on, "overhead_pct": round(loss, 2),
+                  "events_per_round": events, "lost": sum(lost)}))
+sys.exit(0 if sum(lost) == 0 else 1)
+PY
