@@ -42,6 +42,7 @@
 #define READ_BATCH 64         /* packets read per wakeup before sending what is due */
 #define MIN_SPIN_NS 20000ull  /* wait this close to a due time by spinning, not sleeping */
 #define IDLE_POLL_NS 100000000ull
+#define EARLY_NS 4000ull      /* send what is due this soon with the packet due now: fewer wakeups */
 
 struct slot {
 	uint64_t due_ns;
@@ -79,7 +80,7 @@ static uint64_t wake_ns;
  * RTT through the forwarder at zero delay minus the RTT of one plain hop, halved) and taken off
  * each packet's hold, so the path's RTT is the set delays plus one ordinary hop. */
 static _Atomic uint64_t compensate_ns;
-static uint64_t spin_ns = MIN_SPIN_NS; /* 2 x wake_ns: a timer wakeup is as late as any other */
+static uint64_t spin_ns = MIN_SPIN_NS; /* = wake_ns: a timer wakeup is as late as any other */
 
 static inline void bump(_Atomic uint64_t *c, uint64_t by)
 {
@@ -119,7 +120,7 @@ static void send_due(struct direction *d, uint64_t now)
 	uint32_t mask = d->cap - 1;
 	while (d->head != d->tail) {
 		struct slot *s = &d->ring[d->head & mask];
-		if (s->due_ns > now)
+		if (s->due_ns > now + EARLY_NS)
 			break;
 		ssize_t n = write(d->fd, s->data, s->len);
 		if (n == (ssize_t)s->len) {
@@ -220,9 +221,9 @@ static void *run_direction(void *arg)
 		uint64_t wait = IDLE_POLL_NS;
 		if (d->head != d->tail) {
 			uint64_t due = d->ring[d->head & (d->cap - 1)].due_ns;
-			wait = due > now ? due - now : 0;
+			wait = due > now + EARLY_NS ? due - now - EARLY_NS : 0;
 			if (wait < spin_ns) {
-				while (now_ns() < due) {
+				while (now_ns() + EARLY_NS < due) {
 					struct pollfd q = pfd;
 					if (poll(&q, 1, 0) > 0)
 						break; /* a new packet: take it in first */
@@ -454,8 +455,8 @@ int main(int argc, char **argv)
 	}
 
 	wake_ns = compensate ? calibrate_wake() : 0;
-	if (2 * wake_ns > spin_ns)
-		spin_ns = 2 * wake_ns;
+	if (wake_ns > spin_ns)
+		spin_ns = wake_ns;
 
 	sigset_t set;
 	sigemptyset(&set);

@@ -199,6 +199,9 @@ class Testbed:
             self._add_ns(self.mid_ns)
             testbed_path.routed_links(self, MID_IP)
         for dev, ns in ((self.ini_dev, self.ini_ns), (self.tgt_dev, self.tgt_ns)):
+            # room for a 1 Gbit/s x 400 ms window: the path, not the socket, limits a transfer
+            netns.sysctl(ns, "net.ipv4.tcp_rmem", "4096 131072 67108864")
+            netns.sysctl(ns, "net.ipv4.tcp_wmem", "4096 16384 67108864")
             if not cfg.offloads:
                 netns.offloads_off(dev, ns)
             if cfg.txqueuelen:
