@@ -24,6 +24,14 @@ struct ooo_seg {
 	uint8_t data[];
 };
 
+/* A run of buffered stream bytes that came from one captured segment. */
+struct piece {
+	uint32_t off;
+	uint8_t seg_start;
+	int64_t ts;
+};
+#define MAX_PIECES 64
+
 struct stream {
 	/* TCP reassembly */
 	uint8_t have_seq, fin, have_isn;
@@ -53,11 +61,12 @@ struct stream {
 	uint8_t *hbuf;
 	uint32_t hlen, hcap;
 	uint32_t hbuf_seq;
-	uint32_t seg_starts[64];   /* offsets in hbuf where captured segments began */
-	uint32_t n_seg_starts;
+	struct piece hp[MAX_PIECES]; /* where each captured chunk in hbuf began, and its time */
+	uint32_t n_hp;
 	uint8_t *replay;           /* bytes to re-parse after a lock */
 	uint32_t replay_len, replay_cap;
-	int64_t replay_ts;
+	struct piece rp[MAX_PIECES];
+	uint32_t n_rp;
 	/* login/text key=value text carried across PDUs with the C bit */
 	char *kvc;
 	size_t kvc_len, kvc_cap;

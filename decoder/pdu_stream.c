@@ -52,7 +52,7 @@ static void go_hunt(struct stream *s)
 {
 	s->state = P_HUNT;
 	s->hlen = 0;
-	s->n_seg_starts = 0;
+	s->n_hp = 0;
 	s->hdr_have = 0;
 }
 
@@ -133,37 +133,77 @@ static void data_consume(struct stream *s, const uint8_t *p, uint32_t take)
 
 /* --- hunting ---------------------------------------------------------------------------- */
 
+static void add_piece(struct piece *a, uint32_t *n, uint32_t off, int64_t ts, int seg)
+{
+	if (*n && a[*n - 1].off == off) {
+		a[*n - 1].ts = ts;
+		a[*n - 1].seg_start = (uint8_t)seg;
+	} else if (*n < MAX_PIECES) {
+		a[(*n)++] = (struct piece){off, (uint8_t)seg, ts};
+	} /* else: the bytes count as part of the last piece */
+}
+
+/* Pieces of src describing bytes from offset k on, renumbered from 0 into dst. */
+static uint32_t shift_pieces(const struct piece *src, uint32_t n, uint32_t k, struct piece *dst)
+{
+	uint32_t j = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t end = i + 1 < n ? src[i + 1].off : UINT32_MAX;
+		if (end <= k)
+			continue;
+		dst[j] = src[i];
+		if (src[i].off < k) {
+			dst[j].off = 0;
+			dst[j].seg_start = 0; /* the segment began before k */
+		} else {
+			dst[j].off = src[i].off - k;
+		}
+		j++;
+	}
+	return j;
+}
+
 static int is_seg_start(const struct stream *s, uint32_t off)
 {
-	for (uint32_t i = 0; i < s->n_seg_starts; i++)
-		if (s->seg_starts[i] == off)
+	for (uint32_t i = 0; i < s->n_hp; i++)
+		if (s->hp[i].off == off && s->hp[i].seg_start)
 			return 1;
 	return 0;
 }
 
-static void lock_at(struct decoder *d, struct conn *c, int dir, uint32_t k, int64_t ts)
+static void lock_at(struct decoder *d, struct conn *c, int dir, uint32_t k)
 {
 	struct stream *s = &c->s[dir];
 	struct decode_stats *st = decoder_stats(d);
 	st->resyncs++;
 	st->resync_skipped_bytes += k;
 	uint32_t n = s->hlen - k;
-	/* The bytes from the boundary on are parsed again, now framed. */
+	/* The bytes from the boundary on are parsed again, now framed, each piece with the
+	 * time of the segment it came in. */
 	if (s->replay_len == 0 && reserve(&s->replay, &s->replay_cap, n)) {
 		memcpy(s->replay, s->hbuf + k, n);
 		s->replay_len = n;
-		s->replay_ts = ts;
+		s->n_rp = shift_pieces(s->hp, s->n_hp, k, s->rp);
 	}
 	s->pos_seq = s->hbuf_seq + k;
 	s->state = P_HDR;
 	s->hdr_have = 0;
 	s->resync_next = 1;
 	s->hlen = 0;
-	s->n_seg_starts = 0;
+	s->n_hp = 0;
+}
+
+static void replay_append(struct stream *s, const uint8_t *p, uint32_t n, int64_t ts, int seg)
+{
+	if (n && reserve(&s->replay, &s->replay_cap, s->replay_len + n)) {
+		add_piece(s->rp, &s->n_rp, s->replay_len, ts, seg);
+		memcpy(s->replay + s->replay_len, p, n);
+		s->replay_len += n;
+	}
 }
 
 /* Scan the hunt buffer for a BHS. Returns 1 when it locked on one. */
-static int hunt_scan(struct decoder *d, struct conn *c, int dir, int64_t ts)
+static int hunt_scan(struct decoder *d, struct conn *c, int dir)
 {
 	struct stream *s = &c->s[dir];
 	uint32_t k = 0;
@@ -210,7 +250,7 @@ static int hunt_scan(struct decoder *d, struct conn *c, int dir, int64_t ts)
 			if (hd_proved)
 				c->digests_known = 1;
 		}
-		lock_at(d, c, dir, k, ts);
+		lock_at(d, c, dir, k);
 		return 1;
 	}
 	/* Drop what can no longer start a header we would accept. */
@@ -220,11 +260,9 @@ static int hunt_scan(struct decoder *d, struct conn *c, int dir, int64_t ts)
 		memmove(s->hbuf, s->hbuf + k, s->hlen - k);
 		s->hlen -= k;
 		s->hbuf_seq += k;
-		uint32_t j = 0;
-		for (uint32_t i = 0; i < s->n_seg_starts; i++)
-			if (s->seg_starts[i] >= k)
-				s->seg_starts[j++] = s->seg_starts[i] - k;
-		s->n_seg_starts = j;
+		struct piece tmp[MAX_PIECES];
+		s->n_hp = shift_pieces(s->hp, s->n_hp, k, tmp);
+		memcpy(s->hp, tmp, s->n_hp * sizeof tmp[0]);
 	}
 	return 0;
 }
@@ -236,7 +274,7 @@ static void hunt_feed(struct decoder *d, struct conn *c, int dir, const uint8_t 
 	while (n) {
 		if (s->hlen == 0) {
 			s->hbuf_seq = s->pos_seq;
-			s->n_seg_starts = 0;
+			s->n_hp = 0;
 		}
 		uint32_t room = HUNT_MAX - s->hlen;
 		if (room == 0) {
@@ -247,26 +285,24 @@ static void hunt_feed(struct decoder *d, struct conn *c, int dir, const uint8_t 
 			memmove(s->hbuf, s->hbuf + drop, s->hlen - drop);
 			s->hlen -= drop;
 			s->hbuf_seq += drop;
-			s->n_seg_starts = 0;
+			struct piece tmp[MAX_PIECES];
+			s->n_hp = shift_pieces(s->hp, s->n_hp, drop, tmp);
+			memcpy(s->hp, tmp, s->n_hp * sizeof tmp[0]);
 			continue;
 		}
 		uint32_t take = n < room ? n : room;
 		if (!reserve(&s->hbuf, &s->hcap, s->hlen + take))
 			return;
-		if (seg_start && s->n_seg_starts < 64)
-			s->seg_starts[s->n_seg_starts++] = s->hlen;
+		add_piece(s->hp, &s->n_hp, s->hlen, ts, seg_start);
 		seg_start = 0;
 		memcpy(s->hbuf + s->hlen, p, take);
 		s->hlen += take;
 		s->pos_seq += take;
 		p += take;
 		n -= take;
-		if (hunt_scan(d, c, dir, ts)) {
+		if (hunt_scan(d, c, dir)) {
 			/* Bytes not yet appended are parsed after the replay, in order. */
-			if (n && reserve(&s->replay, &s->replay_cap, s->replay_len + n)) {
-				memcpy(s->replay + s->replay_len, p, n);
-				s->replay_len += n;
-			}
+			replay_append(s, p, n, ts, 0);
 			return;
 		}
 	}
@@ -328,10 +364,7 @@ static void process(struct decoder *d, struct conn *c, int dir, const uint8_t *p
 					if (s->state == P_HUNT)
 						continue;
 					/* Locked inside the old header: the rest of p follows the replay. */
-					if (n && reserve(&s->replay, &s->replay_cap, s->replay_len + n)) {
-						memcpy(s->replay + s->replay_len, p, n);
-						s->replay_len += n;
-					}
+					replay_append(s, p, n, ts, 0);
 					return;
 				}
 				s->hdr_need = header_len(c, s->hdr, c->hd_on);
@@ -368,11 +401,36 @@ void stream_feed(struct decoder *d, struct conn *c, int dir, const uint8_t *p, u
 	while (s->replay_len) {
 		uint8_t *buf = s->replay;
 		uint32_t len = s->replay_len;
-		int64_t rts = s->replay_ts;
+		struct piece pc[MAX_PIECES];
+		uint32_t npc = s->n_rp;
+		memcpy(pc, s->rp, npc * sizeof pc[0]);
+		if (npc == 0 || pc[0].off != 0) { /* cannot happen; keep the loop safe anyway */
+			pc[0] = (struct piece){0, 1, 0};
+			npc = 1;
+		}
 		s->replay = NULL;
-		s->replay_len = 0;
-		s->replay_cap = 0;
-		process(d, c, dir, buf, len, rts, 1);
+		s->replay_len = s->replay_cap = 0;
+		s->n_rp = 0;
+		for (uint32_t i = 0; i < npc; i++) {
+			uint32_t end = i + 1 < npc ? pc[i + 1].off : len;
+			if (end > len)
+				end = len;
+			if (end > pc[i].off)
+				process(d, c, dir, buf + pc[i].off, end - pc[i].off, pc[i].ts,
+					pc[i].seg_start);
+			if (s->replay_len) {
+				/* Locked again: the pieces not parsed yet follow the new replay. */
+				for (uint32_t j = i + 1; j < npc; j++) {
+					uint32_t e = j + 1 < npc ? pc[j + 1].off : len;
+					if (e > len)
+						e = len;
+					if (e > pc[j].off)
+						replay_append(s, buf + pc[j].off, e - pc[j].off, pc[j].ts,
+							      pc[j].seg_start);
+				}
+				break;
+			}
+		}
 		free(buf);
 	}
 }
@@ -388,7 +446,7 @@ void stream_gap(struct decoder *d, struct conn *c, int dir, uint32_t n, int trun
 		case P_HUNT:
 			st->resync_skipped_bytes += s->hlen;
 			s->hlen = 0;
-			s->n_seg_starts = 0;
+			s->n_hp = 0;
 			s->pos_seq += n;
 			s->notes_next |= nt;
 			return;
@@ -446,7 +504,7 @@ void stream_end(struct decoder *d, struct conn *c, int dir)
 	/* Back to the state of a stream never seen, buffers kept. */
 	s->state = P_HUNT;
 	s->hlen = 0;
-	s->n_seg_starts = 0;
+	s->n_hp = 0;
 	s->hdr_have = 0;
 	s->cur = -1;
 	s->started = 0;

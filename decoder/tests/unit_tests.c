@@ -481,6 +481,10 @@ static void test_mid_pdu_start(void)
 		      g->r[0].tcp_seq == 50000 + m,
 	      "r2t after resync op %x seq %u", g->r[0].opcode, g->r[0].tcp_seq);
 	CHECK(g->r[1].opcode == 0x20 && !(g->r[1].notes & N_RESYNC), "nop-in");
+	/* Both headers lie in the third segment (offsets 2896..4343): its time, not the time
+	 * of the segment that let the hunt decide. */
+	CHECK(g->r[0].ts_ns == 1700000000LL * 1000000000 + 2000 && g->r[1].ts_ns == g->r[0].ts_ns,
+	      "resync ts %lld", (long long)g->r[0].ts_ns);
 }
 
 /* snaplen: a Data-In whose payload was cut by the capture; the next header is intact. */
