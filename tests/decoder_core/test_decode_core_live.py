@@ -37,7 +37,12 @@ def test_live_tcpdump_pipe() -> None:
         proc = tb.popen_ini(["sh", "-c", cmd], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
         try:
-            time.sleep(1.0)  # tcpdump attaches
+            errfile = tb.run_dir / "tcpdump.err"
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and (
+                    not errfile.exists() or "listening on" not in errfile.read_text()):
+                time.sleep(0.1)
+            time.sleep(0.3)  # "listening" is printed just before the capture is live
             r = tb.run_ini(["iscsi-inq", url], capture_output=True, timeout=30)
             assert r.returncode == 0, r.stderr
             seen = _read_until(proc, b"Logout Response", 15)
