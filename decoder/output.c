@@ -543,9 +543,10 @@ static void text_pdu(struct out *o, const struct pdu_rec *p)
 		o->t0 = p->ts_ns;
 		o->have_t0 = 1;
 	}
-	int64_t rel = p->ts_ns - o->t0;
-	snprintf(t, sizeof t, "%4lld.%06lld %s %s %-26s itt=0x%08x",
-		 (long long)(rel / 1000000000), (long long)((rel < 0 ? -rel : rel) % 1000000000 / 1000),
+	int64_t rel = p->ts_ns - o->t0; /* both in [0, 9e18]: no overflow */
+	int64_t arel = rel < 0 ? -rel : rel;
+	snprintf(t, sizeof t, "%s%4lld.%06lld %s %s %-26s itt=0x%08x", rel < 0 ? "-" : "",
+		 (long long)(arel / 1000000000), (long long)(arel % 1000000000 / 1000),
 		 p->conn, p->dir == DIR_I2T ? "i2t" : "t2i", iscsi_opcode_name(p->opcode), p->itt);
 	wstr(w, t);
 	uint32_t h = p->has;

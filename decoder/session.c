@@ -890,7 +890,14 @@ static int port_match(const struct decoder *d, uint16_t p)
 static void handle_packet(struct decoder *d, const struct pcap_pkthdr *h, const uint8_t *pkt)
 {
 	struct decode_stats *st = d->st;
-	int64_t ts = (int64_t)h->ts.tv_sec * 1000000000LL + h->ts.tv_usec;
+	/* Clamp absurd timestamps (a corrupt pcapng can say anything) so times stay in int64. */
+	uint64_t sec = h->ts.tv_sec < 0 ? 0 : (uint64_t)h->ts.tv_sec;
+	uint64_t frac = h->ts.tv_usec < 0 ? 0 : (uint64_t)h->ts.tv_usec;
+	if (sec > 9000000000ULL)
+		sec = 9000000000ULL;
+	if (frac > 999999999ULL)
+		frac = 999999999ULL;
+	int64_t ts = (int64_t)(sec * 1000000000ULL + frac);
 	st->packets++;
 	st->bytes_captured += h->caplen;
 	if (st->first_ts < 0)
