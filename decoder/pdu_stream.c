@@ -376,6 +376,10 @@ static void process(struct decoder *d, struct conn *c, int dir, const uint8_t *p
 			break;
 		}
 		case P_DATA: {
+			if (s->data_left == 0) { /* defensive: never spin on an empty data area */
+				finish_pdu(d, c, dir, 0);
+				break;
+			}
 			uint32_t take = s->data_left < n ? (uint32_t)s->data_left : n;
 			if (s->cur >= 0)
 				data_consume(s, p, take);
@@ -472,6 +476,10 @@ void stream_gap(struct decoder *d, struct conn *c, int dir, uint32_t n, int trun
 			s->pos_seq += n;
 			return;
 		case P_DATA: {
+			if (s->data_left == 0) {
+				finish_pdu(d, c, dir, 0);
+				break;
+			}
 			uint32_t take = s->data_left < n ? (uint32_t)s->data_left : n;
 			s->data_left -= take;
 			s->data_pos += take;
