@@ -245,7 +245,8 @@ class Testbed:
         self.state["files"] += testbed_tgt.socket_files(self.control_port)
         testbed_state.save(self.state)
         log = open(self.run_dir / "tgtd.log", "wb")  # noqa: SIM115 - the daemon owns it
-        proc = subprocess.Popen(testbed_tgt.tgtd_argv(self.tgt_ns, TGT_IP, self.control_port),
+        proc = subprocess.Popen(testbed_tgt.tgtd_argv(self.tgt_ns, TGT_IP, self.control_port,
+                                                        self.run_dir),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True)
         log.close()

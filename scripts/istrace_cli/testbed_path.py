@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 TABLE_I2T, TABLE_T2I = 100, 101
 MID_IP = "10.77.0.254"
 COMP_MAX_US = 100
+# With a rate limit and no --queue: a router-sized queue (Linux's default txqueuelen), not the
+# forwarder's whole ring, which would hold seconds of traffic and wreck TCP's feedback.
+DEFAULT_QUEUE = 1000
 # SCHED_FIFO forwarder threads: packets leave on time even on a busy machine.
 RT = os.environ.get("ISTRACE_DUMMYNET_RT", "1") != "0"
 
@@ -106,7 +109,8 @@ def start_dummynet(tb: Testbed) -> None:
             "--delay-i2t-us", str(int(round(i2t * 1000))),
             "--delay-t2i-us", str(int(round(t2i * 1000))),
             "--rate-bps", str(int(cfg.rate_mbit * 1e6)), "--loss", repr(cfg.loss),
-            "--queue", str(cfg.queue), "--seed", str(cfg.seed),
+            "--queue", str(cfg.queue or (DEFAULT_QUEUE if cfg.rate_mbit else 0)),
+            "--seed", str(cfg.seed),
             "--stats", str(tb.run_dir / "dummynet.json"),
             "--control", str(tb.run_dir / "dummynet.ctl"), *(["--rt"] if RT else [])]
     log = open(tb.run_dir / "dummynet.log", "wb")  # noqa: SIM115 - the daemon owns it

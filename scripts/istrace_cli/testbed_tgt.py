@@ -45,9 +45,10 @@ def socket_files(port: int) -> list[str]:
     return [str(TGTD_SOCKET_DIR / f"socket.{port}"), str(TGTD_SOCKET_DIR / f"socket.{port}.lock")]
 
 
-def tgtd_argv(ns: str, ip: str, port: int) -> list[str]:
+def tgtd_argv(ns: str, ip: str, port: int, run_dir: Path) -> list[str]:
+    # the pid file puts the testbed's run dir in tgtd's command line: `ps` shows whose it is
     return ["ip", "netns", "exec", ns, "tgtd", "-f", "--iscsi", f"portal={ip}:3260",
-            "-C", str(port)]
+            "-C", str(port), "--pid-file", str(run_dir / "tgtd.pid")]
 
 
 class Tgtadm:

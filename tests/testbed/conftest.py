@@ -1,19 +1,14 @@
-import os
 import subprocess
-import sys
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tb_helpers import istrace_argv
 
 
 @pytest.fixture
 def istrace():
     """Run `istrace ARGS` from this tree (no install needed); returns CompletedProcess."""
     def run(*args, timeout=120, **kw):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            os.path.join(REPO, p) for p in ("scripts", "decoder", "viz", "bpf")))
-        return subprocess.run([sys.executable, "-m", "istrace_cli.main", *args], env=env,
-                              capture_output=True, text=True, timeout=timeout, **kw)
+        argv, env = istrace_argv(*args)
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
+                              **kw)
     return run
-

@@ -1,6 +1,17 @@
 """Helpers shared by the testbed tests (a unique module name: other parts have conftests)."""
 
+import os
 import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def istrace_argv(*args):
+    """argv and env that run `istrace ARGS` from this tree, without an install."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        os.path.join(REPO, p) for p in ("scripts", "decoder", "viz", "bpf")))
+    return [sys.executable, "-m", "istrace_cli.main", *args], env
 
 
 def leftovers(name):
@@ -12,6 +23,7 @@ def leftovers(name):
     out += [line for line in links.splitlines() if f"ist{name}-" in line]
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     out += [line for line in ps.splitlines()
-            if (f"ist-{name}-" in line or f"/istrace/{name}/" in line or f"ist{name}-" in line)
+            if any(k in line for k in (f"ist-{name}-", f"/istrace/{name}/", f"ist{name}-",
+                                       f"org.istrace:{name}"))
             and "ps -eo" not in line]
     return out
