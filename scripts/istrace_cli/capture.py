@@ -96,10 +96,11 @@ class Session:
             if not (a.initiator_host and a.target_host and a.portal and a.iqn):
                 raise CaptureError("real hosts need --initiator-host, --target-host, "
                                    "--portal and --iqn")
-            work = f"{a.remote_dir}/{self.out.name}-{os.getpid()}"
-            self.hosts = [Host.ssh("initiator", a.ssh_cmd, a.initiator_host, work,
+            work = f"{a.remote_dir}/{self.out.name}-{os.getpid()}"  # + role: one dir per host
+            self.hosts = [Host.ssh("initiator", a.ssh_cmd, a.initiator_host, f"{work}-i",
                                    a.initiator_iface),
-                          Host.ssh("target", a.ssh_cmd, a.target_host, work, a.target_iface)]
+                          Host.ssh("target", a.ssh_cmd, a.target_host, f"{work}-t",
+                                   a.target_iface)]
             self.portal = a.portal if ":" in a.portal else f"{a.portal}:3260"
             self.iqn = a.iqn
             self.chap = (a.chap_user, a.chap_secret) if a.chap_user and a.chap_secret else None

@@ -88,3 +88,33 @@ def test_kill_9_mid_capture_then_down(istrace, tmp_path):
     t = subprocess.run(["tcpdump", "-r", str(out / "initiator.pcap"), "-c", "5"],
                        capture_output=True, text=True, timeout=60)
     assert t.returncode == 0, t.stderr
+
+
+def test_real_hosts_code_path_over_an_ssh_shim(istrace, tmp_path):
+    """--initiator-host/--target-host: the ssh command building, remote files, fetch-back.
+
+    The shim stands in for `ssh HOST CMD` by running CMD in the namespace named HOST, which
+    exercises everything the real-host path does except the network login itself."""
+    from istrace_cli.testbed import Testbed, TestbedConfig
+
+    shim = tmp_path / "fake-ssh"
+    shim.write_text('#!/bin/sh\nhost="$1"; shift\nexec ip netns exec "$host" sh -c "$*"\n')
+    shim.chmod(0o755)
+    out = tmp_path / "remote"
+    with Testbed(TestbedConfig(name="tbssh", delay_ms=1, lun_mb=4)) as tb:
+        r = istrace("capture", "--initiator-host", tb.ini_ns, "--target-host", tb.tgt_ns,
+                    "--ssh-cmd", str(shim), "--initiator-iface", tb.ini_dev,
+                    "--target-iface", tb.tgt_dev, "--portal", tb.portal, "--iqn", tb.iqn,
+                    "--remote-dir", str(tmp_path / "remote-work"), "--no-probes",
+                    "--workload", "iscsi-perf -t 2 $ISTRACE_LUN_URL", "--out", str(out),
+                    timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["testbed"]["mode"] == "ssh" and meta["status"] == "ok"
+    for role in ("initiator", "target"):
+        cap = meta["captures"][role]
+        assert cap["fetched"] and cap["dropped_by_kernel"] == 0
+        assert (out / cap["file"]).stat().st_size > 50_000
+    assert "iops average" in (out / "workload.stdout").read_text()
+    assert not any((tmp_path / "remote-work").iterdir())  # remote files cleaned after fetch
+    assert leftovers("tbssh") == []
