@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -340,7 +341,7 @@ static void scan_kallsyms(void)
 	FILE *f = fopen("/proc/kallsyms", "r");
 	char line[512], name[256];
 	size_t i;
-	int any = 0;
+	int any = 0, any_tp = 0;
 
 	ksym_done = true;
 	for (i = 0; i < NHOOKS && i < 64; i++)
@@ -353,6 +354,8 @@ static void scan_kallsyms(void)
 			if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3)
 				continue;
 			any = 1;
+			if (!strncmp(name, "__tracepoint_", 13))
+				any_tp++;
 			for (i = 0; i < NHOOKS && i < 64; i++) {
 				const char *t = hooks[i].target;
 
@@ -366,13 +369,49 @@ static void scan_kallsyms(void)
 		}
 		fclose(f);
 	}
-	if (!any) /* unreadable: let the kernel decide at load/attach time */
-		for (i = 0; i < NHOOKS && i < 64; i++)
-			ksym_tp[i] = ksym_fn[i] = -1;
+	/* unreadable, or data symbols not listed (no CONFIG_KALLSYMS_ALL): let the kernel
+	 * decide at load/attach time */
+	for (i = 0; i < NHOOKS && i < 64; i++) {
+		if (!any)
+			ksym_fn[i] = -1;
+		if (!any || any_tp < 50) /* a few module ones only: not a full list */
+			ksym_tp[i] = -1;
+	}
+}
+
+static bool btf_has_tp(const char *tp);
+
+/* 1/0 from tracefs (events/<system>/<name>), -1 when tracefs is not mounted */
+static int tracefs_has(const char *tp)
+{
+	static const char *const roots[] = { "/sys/kernel/tracing/events",
+					      "/sys/kernel/debug/tracing/events" };
+	char pattern[PATH_MAX];
+	glob_t g;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < 2; i++) {
+		if (access(roots[i], R_OK))
+			continue;
+		snprintf(pattern, sizeof(pattern), "%s/*/%s", roots[i], tp);
+		rc = glob(pattern, 0, NULL, &g);
+		if (rc == 0)
+			globfree(&g);
+		return rc == 0;
+	}
+	return -1;
 }
 
 static int tracepoint_exists(const struct hook *h)
 {
+	int t;
+
+	if (btf_has_tp(h->target)) /* its BTF trace type exists: so does the tracepoint */
+		return 1;
+	t = tracefs_has(h->target);
+	if (t >= 0)
+		return t;
 	if (!ksym_done)
 		scan_kallsyms();
 	return ksym_tp[h - hooks];
@@ -777,16 +816,29 @@ static void choose_variants(void)
 	}
 }
 
-static char last_failed_prog[64], last_failed_msg[160];
+static char last_failed_prog[64], last_failed_msg[160], core_missing[1024]; /* |prog|... */
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
 	char line[1024];
 	const char *p, *q;
+	va_list ap2;
 
+	va_copy(ap2, ap);
+	if (opt.verbose) /* whole verifier logs: they exceed any line buffer */
+		vfprintf(stderr, fmt, ap2);
+	va_end(ap2);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	/* "prog 'NAME': failed to load: -13" / "prog 'NAME': BPF program load failed: ..." */
 	p = strstr(line, "prog '");
+	if (p && strstr(line, "no matching targets")) {
+		size_t len = strlen(core_missing);
+
+		q = strchr(p + 6, '\'');
+		if (q && len + (size_t)(q - p) + 2 < sizeof(core_missing))
+			snprintf(core_missing + len, sizeof(core_missing) - len, "|%.*s|",
+				 (int)(q - p - 6), p + 6);
+	}
 	if (p && (strstr(line, "failed to load") || strstr(line, "load failed") ||
 		  strstr(line, "failed to resolve CO-RE") || strstr(line, "relo"))) {
 		p += 6;
@@ -799,10 +851,7 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 			last_failed_msg[strcspn(last_failed_msg, "\n")] = 0;
 		}
 	}
-	if (opt.verbose || level == LIBBPF_WARN) {
-		if (opt.verbose)
-			fputs(line, stderr);
-	}
+	(void)level;
 	return 0;
 }
 
@@ -862,6 +911,15 @@ static int open_and_load(void)
 	if (last_failed_prog[0]) {
 		struct hook *h = hook_of_prog(last_failed_prog, &j);
 
+		char needle[72];
+
+		snprintf(needle, sizeof(needle), "|%s|", last_failed_prog);
+		if (h && strstr(core_missing, needle)) {
+			snprintf(h->why[j], sizeof(h->why[j]),
+				 "a kernel type it reads is not in this kernel's BTF (CO-RE)");
+			h->failed[j] = true;
+			return -1;
+		}
 		if (h) {
 			snprintf(h->why[j], sizeof(h->why[j]), "load refused: %.130s", last_failed_msg);
 			h->failed[j] = true;
@@ -1282,6 +1340,7 @@ int main(int argc, char **argv)
 	filt.self_pid = (__u32)getpid();
 	filt.tcp_sample_ns = (__u64)(opt.tcp_sample_ms * 1e6);
 	filt.any_task = !opt.npids && !opt.netns_given;
+	filt.have_pids = opt.npids > 0;
 	filt.block_by_pid = !opt.block_all && (opt.npids || opt.netns_given);
 	/* user-space struct offsets: libiscsi from its public header, tgtd from tgt 1.0.85
 	 * usr/scsi_cmnd.h and usr/iscsi/iscsid.h on LP64 (docs/probes.md derives them) */

@@ -123,9 +123,11 @@ struct sock_last {
 	__u8 pad[7];
 };
 
+/* A plain hash (an LRU lookup costs more, and this one runs per segment); entries go at
+ * TCP_CLOSE (sock_state).  When full, new sockets just get an event per ACK. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
 	__type(key, __u64); /* struct sock * */
 	__type(value, struct sock_last);
 } sock_last SEC(".maps");
@@ -174,6 +176,15 @@ static __always_inline __u32 current_netns(void)
 	return BPF_CORE_READ(t, nsproxy, net_ns, ns.inum);
 }
 
+/* tp_btf programs: direct loads (nsproxy is NULL for an exiting task: the load of a
+ * trusted pointer's field then reads 0, it does not fault) */
+static __always_inline __u32 current_netns_btf(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	return t->nsproxy->net_ns->ns.inum;
+}
+
 static __always_inline bool comm_excluded(void)
 {
 	char comm[ISTRACE_COMM_LEN];
@@ -196,19 +207,24 @@ static __always_inline bool comm_excluded(void)
 }
 
 /* Syscalls and user-space probes: traced tgid, or any task in the traced netns. */
-static __always_inline bool task_wanted(void)
+static __always_inline bool task_wanted_ex(bool btf)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 	if (tgid == cfg.self_pid)
 		return false;
-	if (bpf_map_lookup_elem(&pids, &tgid))
+	if (cfg.have_pids && bpf_map_lookup_elem(&pids, &tgid))
 		return true;
-	if (comm_excluded())
-		return false;
 	if (cfg.any_task)
-		return true;
-	return cfg.netns_tasks && cfg.netns && current_netns() == cfg.netns;
+		return !comm_excluded();
+	/* the namespace test rejects other hosts' tasks before the costlier comm test */
+	return cfg.netns_tasks && cfg.netns &&
+	       (btf ? current_netns_btf() : current_netns()) == cfg.netns && !comm_excluded();
+}
+
+static __always_inline bool task_wanted(void)
+{
+	return task_wanted_ex(false);
 }
 
 static __always_inline bool ports_wanted(__u16 sport, __u16 dport)
@@ -222,13 +238,30 @@ static __always_inline bool sock_wanted(const struct sock *sk)
 
 	if (!sk)
 		return false;
+	/* cheapest test first: most sockets on a busy host fail the port test */
+	if (!ports_wanted(BPF_CORE_READ(sk, __sk_common.skc_num),
+			  bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport))))
+		return false;
 	family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (family != AF_INET && family != AF_INET6)
 		return false;
-	if (cfg.netns && BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) != cfg.netns)
+	return !cfg.netns || BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) == cfg.netns;
+}
+
+/* The same test with direct loads, for tp_btf programs whose socket pointer the
+ * verifier knows (no helper call per field: these run for every packet of the host). */
+static __always_inline bool sock_wanted_btf(const struct sock *sk)
+{
+	__u16 family;
+
+	if (!sk)
 		return false;
-	return ports_wanted(BPF_CORE_READ(sk, __sk_common.skc_num),
-			    bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport)));
+	if (!ports_wanted(sk->__sk_common.skc_num, bpf_ntohs(sk->__sk_common.skc_dport)))
+		return false;
+	family = sk->__sk_common.skc_family;
+	if (family != AF_INET && family != AF_INET6)
+		return false;
+	return !cfg.netns || sk->__sk_common.skc_net.net->ns.inum == cfg.netns;
 }
 
 static __always_inline void fill_conn(struct istrace_event *e, const struct sock *sk,
@@ -307,35 +340,26 @@ static __always_inline void fill_cdb(struct istrace_event *e, const __u8 *c)
 
 /* Whether this tcp_probe hit is worth an event: something the study plots changed, or
  * the socket has been quiet for cfg.tcp_sample_ns (a heartbeat with srtt, inflight). */
-static __always_inline bool tcp_probe_due(const struct sock *sk)
+static __always_inline bool tcp_probe_due(const struct sock *sk, struct sock_last *now)
 {
-	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	const struct inet_connection_sock *icsk = (const struct inet_connection_sock *)sk;
-	struct sock_last now = {}, *last;
+	struct sock_last *last;
 	__u64 key = (__u64)sk;
 
-	if (!cfg.tcp_sample_ns)
-		return true;
-	now.ts = bpf_ktime_get_ns();
-	now.cwnd = BPF_CORE_READ(tp, snd_cwnd);
-	now.ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
-	now.snd_wnd = BPF_CORE_READ(tp, snd_wnd) >> 14;
-	now.rwnd = BPF_CORE_READ(tp, rcv_wnd) >> 14;
-	now.ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+	now->ts = bpf_ktime_get_ns();
 	last = bpf_map_lookup_elem(&sock_last, &key);
-	if (last && now.ts - last->ts < cfg.tcp_sample_ns && last->cwnd == now.cwnd &&
-	    last->ssthresh == now.ssthresh && last->snd_wnd == now.snd_wnd &&
-	    last->rwnd == now.rwnd && last->ca_state == now.ca_state)
+	if (last && now->ts - last->ts < cfg.tcp_sample_ns && last->cwnd == now->cwnd &&
+	    last->ssthresh == now->ssthresh && last->snd_wnd == now->snd_wnd &&
+	    last->rwnd == now->rwnd && last->ca_state == now->ca_state)
 		return false;
 	if (last) {
-		last->ts = now.ts;
-		last->cwnd = now.cwnd;
-		last->ssthresh = now.ssthresh;
-		last->snd_wnd = now.snd_wnd;
-		last->rwnd = now.rwnd;
-		last->ca_state = now.ca_state;
+		last->ts = now->ts;
+		last->cwnd = now->cwnd;
+		last->ssthresh = now->ssthresh;
+		last->snd_wnd = now->snd_wnd;
+		last->rwnd = now->rwnd;
+		last->ca_state = now->ca_state;
 	} else {
-		bpf_map_update_elem(&sock_last, &key, &now, BPF_ANY);
+		bpf_map_update_elem(&sock_last, &key, now, BPF_NOEXIST);
 	}
 	return true;
 }
@@ -344,8 +368,6 @@ static __always_inline int on_tcp_probe(struct sock *sk, __u64 cookie)
 {
 	struct istrace_event *e;
 
-	if (!sock_wanted(sk) || !tcp_probe_due(sk))
-		return 0;
 	e = ev_new(EV_TCP_PROBE);
 	if (!e)
 		return 0;
@@ -355,15 +377,51 @@ static __always_inline int on_tcp_probe(struct sock *sk, __u64 cookie)
 	return 0;
 }
 
+/* tcp_probe runs for every segment received on the host: the tp_btf variant filters
+ * with direct loads through the BTF-typed socket (no helper call per field). */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe_btf, struct sock *sk, const struct sk_buff *skb)
 {
+	const struct inet_connection_sock *icsk;
+	const struct tcp_sock *tp;
+	struct sock_last now = {};
+
+	if (!sock_wanted_btf(sk))
+		return 0;
+	if (cfg.tcp_sample_ns) {
+		tp = bpf_skc_to_tcp_sock(sk); /* the verifier knows only struct sock here */
+		if (!tp)
+			return 0;
+		icsk = &tp->inet_conn;
+		now.cwnd = tp->snd_cwnd;
+		now.ssthresh = tp->snd_ssthresh;
+		now.snd_wnd = tp->snd_wnd >> 14;
+		now.rwnd = tp->rcv_wnd >> 14;
+		now.ca_state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
+		if (!tcp_probe_due(sk, &now))
+			return 0;
+	}
 	return on_tcp_probe(sk, bpf_get_socket_cookie(sk));
 }
 
 SEC("raw_tp/tcp_probe")
 int BPF_PROG(tcp_probe_raw, struct sock *sk, const struct sk_buff *skb)
 {
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	const struct inet_connection_sock *icsk = (const struct inet_connection_sock *)sk;
+	struct sock_last now = {};
+
+	if (!sock_wanted(sk))
+		return 0;
+	if (cfg.tcp_sample_ns) {
+		now.cwnd = BPF_CORE_READ(tp, snd_cwnd);
+		now.ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+		now.snd_wnd = BPF_CORE_READ(tp, snd_wnd) >> 14;
+		now.rwnd = BPF_CORE_READ(tp, rcv_wnd) >> 14;
+		now.ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+		if (!tcp_probe_due(sk, &now))
+			return 0;
+	}
 	return on_tcp_probe(sk, 0);
 }
 
@@ -371,8 +429,6 @@ static __always_inline int on_cong_state(struct sock *sk, __u8 state, __u64 cook
 {
 	struct istrace_event *e;
 
-	if (!sock_wanted(sk))
-		return 0;
 	e = ev_new(EV_CONG_STATE);
 	if (!e)
 		return 0;
@@ -389,13 +445,13 @@ static __always_inline int on_cong_state(struct sock *sk, __u8 state, __u64 cook
 SEC("tp_btf/tcp_cong_state_set")
 int BPF_PROG(cong_state_btf, struct sock *sk, __u8 state)
 {
-	return on_cong_state(sk, state, bpf_get_socket_cookie(sk));
+	return sock_wanted_btf(sk) ? on_cong_state(sk, state, bpf_get_socket_cookie(sk)) : 0;
 }
 
 SEC("raw_tp/tcp_cong_state_set")
 int BPF_PROG(cong_state_raw, struct sock *sk, __u8 state)
 {
-	return on_cong_state(sk, state, 0);
+	return sock_wanted(sk) ? on_cong_state(sk, state, 0) : 0;
 }
 
 static __always_inline int on_retransmit(const struct sock *sk, const struct sk_buff *skb,
@@ -404,8 +460,6 @@ static __always_inline int on_retransmit(const struct sock *sk, const struct sk_
 	struct istrace_event *e;
 	__u32 seqs[2] = {}; /* struct tcp_skb_cb starts with seq, end_seq */
 
-	if (!sock_wanted(sk))
-		return 0;
 	e = ev_new(EV_RETRANSMIT);
 	if (!e)
 		return 0;
@@ -422,21 +476,25 @@ static __always_inline int on_retransmit(const struct sock *sk, const struct sk_
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(retransmit_btf, const struct sock *sk, const struct sk_buff *skb)
 {
-	return on_retransmit(sk, skb, bpf_get_socket_cookie((void *)sk));
+	return sock_wanted_btf(sk) ? on_retransmit(sk, skb, bpf_get_socket_cookie((void *)sk)) : 0;
 }
 
 SEC("raw_tp/tcp_retransmit_skb")
 int BPF_PROG(retransmit_raw, const struct sock *sk, const struct sk_buff *skb)
 {
-	return on_retransmit(sk, skb, 0);
+	return sock_wanted(sk) ? on_retransmit(sk, skb, 0) : 0;
 }
 
 static __always_inline int on_sock_state(const struct sock *sk, int old, int new, __u64 cookie)
 {
 	struct istrace_event *e;
 
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || !sock_wanted(sk))
+	__u64 key = (__u64)sk;
+
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 		return 0;
+	if (new == 7) /* TCP_CLOSE */
+		bpf_map_delete_elem(&sock_last, &key);
 	e = ev_new(EV_SOCK_STATE);
 	if (!e)
 		return 0;
@@ -451,13 +509,13 @@ static __always_inline int on_sock_state(const struct sock *sk, int old, int new
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(sock_state_btf, const struct sock *sk, int old, int new)
 {
-	return on_sock_state(sk, old, new, bpf_get_socket_cookie((void *)sk));
+	return sock_wanted_btf(sk) ? on_sock_state(sk, old, new, bpf_get_socket_cookie((void *)sk)) : 0;
 }
 
 SEC("raw_tp/inet_sock_set_state")
 int BPF_PROG(sock_state_raw, const struct sock *sk, int old, int new)
 {
-	return on_sock_state(sk, old, new, 0);
+	return sock_wanted(sk) ? on_sock_state(sk, old, new, 0) : 0;
 }
 
 static __always_inline int on_rcv_space(struct sock *sk, __u64 cookie)
@@ -468,8 +526,6 @@ static __always_inline int on_rcv_space(struct sock *sk, __u64 cookie)
 	__u64 key = (__u64)sk, now;
 	struct sock_last *last, init = {};
 
-	if (!sock_wanted(sk))
-		return 0;
 	/* called on every read by the application: write only what autotuning changed */
 	space = BPF_CORE_READ(tp, rcvq_space.space);
 	rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
@@ -504,13 +560,13 @@ static __always_inline int on_rcv_space(struct sock *sk, __u64 cookie)
 SEC("tp_btf/tcp_rcv_space_adjust")
 int BPF_PROG(rcv_space_btf, struct sock *sk)
 {
-	return on_rcv_space(sk, bpf_get_socket_cookie(sk));
+	return sock_wanted_btf(sk) ? on_rcv_space(sk, bpf_get_socket_cookie(sk)) : 0;
 }
 
 SEC("raw_tp/tcp_rcv_space_adjust")
 int BPF_PROG(rcv_space_raw, struct sock *sk)
 {
-	return on_rcv_space(sk, 0);
+	return sock_wanted(sk) ? on_rcv_space(sk, 0) : 0;
 }
 
 /* ---------------------------------------------------------------- net: drops, qdisc */
@@ -771,7 +827,7 @@ int BPF_PROG(rq_complete_raw, struct request *rq, int error, unsigned int nr_byt
 #define SYS_ARG2_COUNT 2  /* io_uring_enter(fd, to_submit), io_submit(ctx, nr) */
 #define SYS_ARG4_OFFSET 4 /* pread64/pwrite64/preadv/pwritev: file offset */
 
-static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 {
 	struct sys_start_val v = {};
 	struct istrace_event *e;
@@ -781,7 +837,7 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
 	if (id < 0 || id >= 512)
 		return 0;
 	want = bpf_map_lookup_elem(&sys_wanted, &nr);
-	if (!want || !*want || !task_wanted())
+	if (!want || !*want || !task_wanted_ex(btf))
 		return 0;
 	w = *want;
 	tid = (__u32)bpf_get_current_pid_tgid();
@@ -815,12 +871,16 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
 	return 0;
 }
 
-static __always_inline int on_sys_exit(long ret)
+static __always_inline int on_sys_exit(long ret, bool btf)
 {
 	struct sys_start_val *v;
 	struct istrace_event *e;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
+	/* every syscall of the host exits here: the cheap namespace test first */
+	if (btf && !cfg.have_pids && !cfg.any_task && cfg.netns &&
+	    current_netns_btf() != cfg.netns)
+		return 0;
 	v = bpf_map_lookup_elem(&sys_start, &tid);
 	if (!v)
 		return 0;
@@ -842,13 +902,13 @@ static __always_inline int on_sys_exit(long ret)
 }
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id) { return on_sys_enter(regs, id); }
+int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id) { return on_sys_enter(regs, id, true); }
 SEC("raw_tp/sys_enter")
-int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id) { return on_sys_enter(regs, id); }
+int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id) { return on_sys_enter(regs, id, false); }
 SEC("tp_btf/sys_exit")
-int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return on_sys_exit(ret); }
+int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return on_sys_exit(ret, true); }
 SEC("raw_tp/sys_exit")
-int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return on_sys_exit(ret); }
+int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return on_sys_exit(ret, false); }
 
 /* ---------------------------------------------------------------- SCSI / iSCSI, kernel */
 /*

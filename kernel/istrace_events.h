@@ -108,7 +108,7 @@ struct istrace_filter {
 	__u8 any_task;      /* 1: no task filter given: user probes accept every task */
 	__u8 netns_tasks;   /* 1: syscalls of any task in `netns` */
 	__u8 block_by_pid;  /* 1: block requests only when a traced tgid queued the bio */
-	__u8 pad2;
+	__u8 have_pids;     /* 1: the pids map is not empty */
 	/* user-space struct offsets (bytes), see docs/probes.md */
 	__u32 tgt_task_itt;     /* struct iscsi_task.req.itt (network order) */
 	__u32 tgt_task_scmd;    /* struct iscsi_task.scmd */

@@ -7,7 +7,9 @@
 #
 # usage: bpf/bench/overhead.sh [ROUNDS] [SECONDS] [SIZE] [DEPTH]
 #        defaults: 5 rounds of 3 s, 1M reads, queue depth 4.  Needs root and a build.
-# Env: ISTRACE_BENCH_NAME (testbed name, default obnch), ISTRACE_BENCH_OUT (keep files).
+# Env: ISTRACE_BENCH_NAME (testbed name, default obnch), ISTRACE_BENCH_OUT (keep files),
+#      ISTRACE_BENCH_PROBE_ARGS (extra istrace-probe options for both ends, e.g.
+#      "--layers tcp" to cost one layer alone).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${1:-5} SECONDS_PER=${2:-3} SIZE=${3:-1M} DEPTH=${4:-4}
@@ -29,6 +31,7 @@ keep = os.environ.get("ISTRACE_BENCH_OUT")
 out = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="istrace-overhead-"))
 out.mkdir(parents=True, exist_ok=True)
 gen = binary("istrace-gen")
+extra = os.environ.get("ISTRACE_BENCH_PROBE_ARGS", "").split()
 
 
 def read(tb: Testbed) -> float:
@@ -49,9 +52,10 @@ with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
     for i in range(rounds):
         results["off"].append(read(tb))
         pi = Probe(out / f"ini-{i}.jsonl", ["--host", "initiator", "--netns", tb.ini_ns,
-                                            "--usdt", str(gen)])
+                                            "--usdt", str(gen), *extra])
         pt = Probe(out / f"tgt-{i}.jsonl", ["--host", "target", "--netns", tb.tgt_ns,
-                                            "--tgtd", str(tgtd), "--block-dev", tb.lun_path])
+                                            "--tgtd", str(tgtd), "--block-dev", tb.lun_path,
+                                            *extra])
         with pi, pt:
             results["on"].append(read(tb))
         n_ev = n_lost = 0

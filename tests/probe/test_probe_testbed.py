@@ -9,6 +9,7 @@ on the path and must show retransmissions and congestion-state changes.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -49,10 +50,12 @@ def test_every_available_layer_on_both_ends(read_run) -> None:
     # the time order of the merged table is the common clock's
     ts = merged["ts_ns_merged"].dropna().to_numpy()
     assert (ts[1:] >= ts[:-1]).all()
-    # a hook this kernel lacks is reported, not fatal
-    assert "scsi_dispatch" in run.probe_err["target"]
-    assert "not attached: raw_tp: tracepoint scsi_dispatch_cmd_start not in this kernel" \
-        in run.probe_err["target"]
+    # a hook this kernel lacks is reported, not fatal (the reason depends on whether
+    # tracefs is mounted: the tracepoint is then known to be absent)
+    assert re.search(r"hook scsi_dispatch +\(scsi\) not attached: raw_tp: "
+                     r"(tracepoint scsi_dispatch_cmd_start not in this kernel|"
+                     r"a kernel type it reads is not in this kernel's BTF)",
+                     run.probe_err["target"]), run.probe_err["target"]
     assert "layer tcp attached with tp_btf" in " ".join(run.probe_err["initiator"].split())
 
 
