@@ -20,7 +20,7 @@
 static const char usage_text[] =
 	"usage: istrace-gen --portal HOST[:PORT] --target IQN [options]   iSCSI READ/WRITE load\n"
 	"       istrace-gen --portal HOST[:PORT] --discover                SendTargets discovery\n"
-	"       istrace-gen --serve [ADDR:]PORT                            socket baseline source\n"
+	"       istrace-gen --serve [ADDR:]PORT [--serve-file PATH]        socket baseline source\n"
 	"       istrace-gen --socket HOST:PORT --size 4M --time T [--stream] socket baseline\n"
 	"\n"
 	"target:   --portal, --target IQN, --lun N (default 1), --initiator-name IQN\n"
@@ -94,7 +94,7 @@ enum {
 	O_CHAP_TUSER, O_CHAP_TSECRET, O_HD, O_DD, O_MRDSL, O_MAXBURST, O_FIRSTBURST, O_IMM,
 	O_IR2T, O_MAXR2T, O_SIZE, O_OFFSET, O_SEQ, O_RANDOM, O_QD, O_SESSIONS, O_TIME, O_COUNT,
 	O_WRITE, O_VERIFY, O_VERIFY_FILE, O_CDB16, O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_SOCKET,
-	O_SERVE, O_STREAM, O_HELP, O_SOFTCRC,
+	O_SERVE, O_STREAM, O_HELP, O_SOFTCRC, O_SERVE_FILE,
 };
 
 static const struct option long_opts[] = {
@@ -134,6 +134,7 @@ static const struct option long_opts[] = {
 	{"socket", required_argument, 0, O_SOCKET},
 	{"serve", required_argument, 0, O_SERVE},
 	{"stream", no_argument, 0, O_STREAM},
+	{"serve-file", required_argument, 0, O_SERVE_FILE},
 	{"soft-crc", no_argument, 0, O_SOFTCRC},
 	{"help", no_argument, 0, O_HELP},
 	{0, 0, 0, 0},
@@ -207,6 +208,7 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		case O_SOCKET: o->socket_addr = optarg; break;
 		case O_SERVE: o->serve_addr = optarg; break;
 		case O_STREAM: o->stream = 1; break;
+		case O_SERVE_FILE: o->verify_file = optarg; break; /* the server's data source */
 		case O_SOFTCRC: soft_crc = 1; break;
 		case 'h':
 		case O_HELP: fputs(usage_text, stdout); exit(0);

@@ -3,6 +3,7 @@
 #include "sockbase.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,23 +25,52 @@
 #define SRV_BUF (4u << 20)
 
 static unsigned char *srv_buf;
+static int srv_file = -1;     /* --serve-file: read what is sent from here, like a target */
+static uint64_t srv_file_size;
+
+/* Next n bytes to send: the static pattern buffer, or the file read at *pos (wrapping). */
+static const unsigned char *next_chunk(unsigned char *priv, size_t n, uint64_t *pos)
+{
+	if (srv_file < 0)
+		return srv_buf;
+	size_t done = 0;
+	while (done < n) {
+		if (*pos >= srv_file_size)
+			*pos = 0;
+		size_t want = n - done;
+		if (want > srv_file_size - *pos)
+			want = (size_t)(srv_file_size - *pos);
+		ssize_t r = pread(srv_file, priv + done, want, (off_t)*pos);
+		if (r <= 0)
+			return NULL;
+		done += (size_t)r;
+		*pos += (uint64_t)r;
+	}
+	return priv;
+}
 
 static void *serve_one(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
 	struct gen_err e = {0};
 	unsigned char req[8];
+	uint64_t pos = 0;
+	unsigned char *priv = srv_file >= 0 ? malloc(SRV_BUF) : NULL;
+	if (srv_file >= 0 && !priv)
+		goto out;
 	while (io_recv_all(fd, req, 8, &e, 0) == 0) {
 		uint64_t left = get64(req);
 		while (left) {
 			size_t n = left < SRV_BUF ? (size_t)left : SRV_BUF;
-			if (io_send_all(fd, srv_buf, n, &e) < 0)
+			const unsigned char *p = next_chunk(priv, n, &pos);
+			if (!p || io_send_all(fd, p, n, &e) < 0)
 				goto out;
 			if (left != STREAM_LEN)
 				left -= n;
 		}
 	}
 out:
+	free(priv);
 	close(fd);
 	return NULL;
 }
@@ -64,6 +94,15 @@ int sock_serve(const struct gen_opts *o)
 	if (!srv_buf)
 		return EXIT_INTERNAL;
 	pattern_fill(srv_buf, 0, SRV_BUF);
+	if (o->verify_file) {
+		srv_file = open(o->verify_file, O_RDONLY | O_CLOEXEC);
+		off_t end = srv_file >= 0 ? lseek(srv_file, 0, SEEK_END) : -1;
+		if (end <= 0) {
+			fprintf(stderr, "istrace-gen: cannot read --serve-file %s\n", o->verify_file);
+			return EXIT_USAGE;
+		}
+		srv_file_size = (uint64_t)end;
+	}
 	struct addrinfo hints = {0}, *res;
 	char ps[16];
 	snprintf(ps, sizeof(ps), "%d", port);
@@ -83,7 +122,8 @@ int sock_serve(const struct gen_opts *o)
 		return EXIT_CONNECT;
 	}
 	freeaddrinfo(res);
-	fprintf(stderr, "serving on %s:%d (8-byte length request -> that many bytes)\n", host, port);
+	fprintf(stderr, "serving on %s:%d (8-byte length request -> that many bytes from %s)\n",
+		host, port, o->verify_file ? o->verify_file : "memory");
 	signal(SIGPIPE, SIG_IGN);
 	for (;;) {
 		int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);

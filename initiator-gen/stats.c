@@ -2,6 +2,7 @@
 #include "stats.h"
 
 #include <stdio.h>
+#include <sys/resource.h>
 #include <string.h>
 
 #include "gen.h"
@@ -144,6 +145,12 @@ void stats_summary(struct stats *s, int json, const char *mode, int exit_code,
 			json_puts(stdout, error);
 		else
 			fputs("null", stdout);
+		/* our own CPU time: shows whether the initiator or the target is the bottleneck */
+		struct rusage ru;
+		getrusage(RUSAGE_SELF, &ru);
+		double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+			     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+		printf(", \"cpu_s\": %.3f", cpu);
 		if (extra_json && *extra_json)
 			printf(", %s", extra_json);
 		printf("}\n");

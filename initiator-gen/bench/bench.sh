@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# istrace-gen benchmark: istrace gen vs libiscsi's iscsi-perf vs the plain-TCP socket baseline,
+# on one testbed (tgtd in a namespace pair), same block size and queue depth, interleaved runs.
+#
+#   sudo initiator-gen/bench/bench.sh [-r REPEATS] [-t SECONDS] [-c "SIZE:QD ..."]
+#
+# Prints one row per case with the median MB/s (10^6 bytes/s) of each tool, the ratios
+# gen/iscsi-perf and gen/socket, and the spread (max-min)/median of each tool's repeats, so the
+# noise of a shared machine is visible. Not a test: it asserts nothing; docs/gen.md has figures.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+GEN=$ROOT/initiator-gen/istrace-gen
+NAME=gbnch            # testbed name (its tgtd control port stays below 32767)
+PORT=5299             # socket baseline port on the target side
+REPEATS=3
+SECS=4
+CASES="4M:1 4M:4 64k:8 4k:8"
+while getopts "r:t:c:h" opt; do
+  case $opt in
+    r) REPEATS=$OPTARG ;;
+    t) SECS=$OPTARG ;;
+    c) CASES=$OPTARG ;;
+    *) sed -n '2,9p' "$0"; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "bench: must run as root (network namespaces)" >&2; exit 2; }
+[ -x "$GEN" ] || make -C "$ROOT/initiator-gen" >/dev/null
+command -v iscsi-perf >/dev/null || { echo "bench: iscsi-perf (libiscsi-bin) missing" >&2; exit 2; }
+
+ISTRACE=(env PYTHONPATH="$ROOT/scripts" python3 -m istrace_cli.main)
+INI=(ip netns exec "ist-$NAME-i")
+TGT=(ip netns exec "ist-$NAME-t")
+TGT_IP=10.77.0.2
+PORTAL=$TGT_IP:3260
+IQN=iqn.2026-11.org.istrace:$NAME
+RAW=$(mktemp /tmp/istrace-bench.XXXXXX)
+SRV_PID=
+
+cleanup() {
+  [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null && wait "$SRV_PID" 2>/dev/null
+  "${ISTRACE[@]}" testbed down --name "$NAME" >/dev/null 2>&1 || true
+  rm -f "$RAW"
+}
+trap cleanup EXIT
+
+echo "bench: testbed $NAME up (256 MiB LUN) ..." >&2
+"${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb 256 >/dev/null
+"${TGT[@]}" "$GEN" --serve "$TGT_IP:$PORT" 2>/dev/null &
+SRV_PID=$!
+sleep 0.5
+
+bytes_of() {  # 4M -> 4194304
+  local n=${1%[kKmMgG]} u=${1: -1}
+  case $u in k|K) echo $((n << 10)) ;; m|M) echo $((n << 20)) ;; g|G) echo $((n << 30)) ;;
+    *) echo "$1" ;; esac
+}
+
+run_gen() {  # size qd -> MB/s
+  "${INI[@]}" "$GEN" --portal "$PORTAL" --target "$IQN" --size "$1" --queue-depth "$2" \
+    --time "$SECS" --json --quiet 2>/dev/null | jq -r .mb_s
+}
+run_perf() {  # size qd -> MB/s (from its average IOPS x transfer size)
+  local bytes blocks iops
+  bytes=$(bytes_of "$1"); blocks=$((bytes / 512))
+  iops=$("${INI[@]}" timeout $((SECS + 20)) iscsi-perf -m "$2" -b "$blocks" -t "$SECS" \
+    "iscsi://$PORTAL/$IQN/1" | tr '\r' '\n' | sed -n 's/^iops average \([0-9]*\).*/\1/p' | tail -1)
+  awk -v i="${iops:-0}" -v b="$bytes" 'BEGIN { printf "%.3f\n", i * b / 1e6 }'
+}
+run_sock() {  # size qd [--stream] -> MB/s
+  "${INI[@]}" "$GEN" --socket "$TGT_IP:$PORT" --size "$1" --queue-depth "$2" --time "$SECS" \
+    --json --quiet ${3:-} 2>/dev/null | jq -r .mb_s
+}
+
+for rep in $(seq 1 "$REPEATS"); do
+  for c in $CASES; do
+    size=${c%%:*} qd=${c##*:}
+    echo "bench: repeat $rep/$REPEATS, $size x qd $qd" >&2
+    # interleaved, so a burst of load from other users hits every tool alike
+    printf '%s\t%s\tgen\t%s\n' "$size" "$qd" "$(run_gen "$size" "$qd")" >>"$RAW"
+    printf '%s\t%s\tperf\t%s\n' "$size" "$qd" "$(run_perf "$size" "$qd")" >>"$RAW"
+    printf '%s\t%s\tsock\t%s\n' "$size" "$qd" "$(run_sock "$size" "$qd")" >>"$RAW"
+    printf '%s\t%s\tstream\t%s\n' "$size" "$qd" "$(run_sock "$size" "$qd" --stream)" >>"$RAW"
+  done
+done
+
+echo
+echo "istrace-gen benchmark: median of $REPEATS runs of ${SECS}s each, MB/s = 10^6 bytes/s;"
+echo "spread = (max-min)/median of the repeats; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+awk -F'\t' -v cases="$CASES" '
+  function median(key,   n, i, j, t, a) {
+    n = split(vals[key], a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    lo[key] = a[1]; hi[key] = a[n]
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  function spread(key, m) { return m > 0 ? 100 * (hi[key] - lo[key]) / m : 0 }
+  { k = $1 SUBSEP $2 SUBSEP $3; vals[k] = vals[k] " " $4 }
+  END {
+    printf "%-6s %3s  %9s %9s %9s %9s  %9s %9s  %s\n", "size", "qd", "gen", "iscsi-perf",
+      "socket", "stream", "gen/perf", "gen/sock", "spread gen/perf/sock %"
+    n = split(cases, cs, " ")
+    for (i = 1; i <= n; i++) {
+      split(cs[i], p, ":"); s = p[1]; q = p[2]
+      g = median(s SUBSEP q SUBSEP "gen"); f = median(s SUBSEP q SUBSEP "perf")
+      k = median(s SUBSEP q SUBSEP "sock"); st = median(s SUBSEP q SUBSEP "stream")
+      printf "%-6s %3s  %9.1f %9.1f %9.1f %9.1f  %8.2fx %8.0f%%  %.0f/%.0f/%.0f\n", s, q, g, f,
+        k, st, (f > 0 ? g / f : 0), (k > 0 ? 100 * g / k : 0), spread(s SUBSEP q SUBSEP "gen", g),
+        spread(s SUBSEP q SUBSEP "perf", f), spread(s SUBSEP q SUBSEP "sock", k)
+    }
+  }' "$RAW"
