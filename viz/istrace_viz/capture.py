@@ -197,12 +197,20 @@ def _capture_drop_warnings(cap: Capture) -> None:
 
     walk(cap.meta, "")
     for log in sorted(cap.dir.glob("*tcpdump*.log")) + sorted(cap.dir.glob("*tcpdump*.err")):
+        got: dict[str, int] = {}
         for line in log.read_text(errors="replace").splitlines():
-            if "dropped by kernel" in line:
-                try:
-                    drops[log.name] = int(line.split()[0])
-                except ValueError:
-                    pass
+            for key in ("dropped by kernel", "packets captured", "received by filter"):
+                if key in line:
+                    try:
+                        got[key] = int(line.split()[0])
+                    except ValueError:
+                        pass
+        if "dropped by kernel" in got:
+            drops[log.name] = got["dropped by kernel"]
+        # Packets the filter took but tcpdump never wrote: it was stopped while lagging.
+        lost = got.get("received by filter", 0) - got.get("packets captured", 0)
+        if "packets captured" in got and lost > 0:
+            drops[f"{log.name}: received by filter but not written"] = lost
     for where, n in drops.items():
         if n > 0:
             cap.warnings.append(f"CAPTURE DROPS: {n} packets dropped ({where}) - the pcap "

@@ -345,7 +345,9 @@ def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> d
     if events is not None and not events.empty and "bytes" in events.columns:
         ev = events[events["host"] == "initiator"] if "host" in events.columns else events
         done = ev["lat_ns"].notna() if "lat_ns" in ev.columns else pd.Series(True, ev.index)
-        sc = ev[(ev["layer"] == "syscall") & done]
+        # The application's reads (read/pread/readv...), not its socket chatter.
+        sc = ev[(ev["layer"] == "syscall") & done &
+                ev["event"].astype(str).str.match(r"^(p?readv?|pread64|preadv2?)(_exit)?$")]
         out["syscall"] = mode(sc["bytes"])
         bl = ev[(ev["layer"] == "block") & done]
         out["block"] = mode(bl["bytes"])
@@ -464,16 +466,21 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
             "cmd": cmd, "bytes": c.get("xfer_bytes", pd.Series(np.nan, c.index)),
             "label": c.get("cdb_name", pd.Series("", c.index))}))
     if events is not None and not events.empty and "lat_ns" in events.columns:
-        ev = events[events["lat_ns"].notna() & (events["lat_ns"] >= 0)]
+        events = _tie_events(events, commands_i, offset_ns)
+        ev = pd.concat([events[events["lat_ns"].notna() & (events["lat_ns"] >= 0)],
+                        _paired_spans(events)], ignore_index=True)
         if not ev.empty:
             host = ev["host"].astype(str)
             layer = ev["layer"].astype(str)
             ts = ev["ts_ns"].astype(np.int64) - np.where(host == "target", offset_ns, 0)
-            # Target syscall/block work is the backing store (tgtd's reads of the LUN file).
-            row = np.where((host == "target") & layer.isin(["syscall", "block"]),
-                           "target backing store", host + " " + layer.map(_layer_word))
+            # Target file I/O and block work is the backing store (tgtd's preads of the LUN
+            # file); its socket reads/writes are not, and stay out of the picture.
+            name = ev["event"].astype(str)
+            file_io = name.str.match(r"^p(read|write)(64|v|v2)?(_exit)?$")
+            store = (host == "target") & ((layer == "block") | ((layer == "syscall") & file_io))
+            row = np.where(store, "target backing store", host + " " + layer.map(_layer_word))
             cmd = ev["cmd_id"] if "cmd_id" in ev.columns else pd.Series(np.nan, ev.index)
-            cmd = _cmd_by_lba(ev, cmd, commands_i)
+            cmd = _cmd_by_lba(ev, cmd.astype(float), commands_i)
             frames.append(pd.DataFrame({
                 "row": row, "host": host, "layer": layer,
                 "start_ns": ts - ev["lat_ns"].astype(np.int64), "end_ns": ts, "cmd": cmd,
@@ -539,6 +546,64 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
     return pd.concat(frames, ignore_index=True)[SPAN_COLUMNS]
 
 
+def _paired_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """SCSI/iSCSI probe points with a task tag but no latency (issue ... done markers): one
+    span per (host, layer, tag) from its first to its last event, for the (host, layer)
+    pairs that have no latency-carrying events of their own."""
+    if "itt" not in events.columns:
+        return events.iloc[0:0]
+    ev = events[events["layer"].isin(["scsi", "iscsi"]) & events["itt"].notna()]
+    if ev.empty:
+        return ev
+    has_lat = ev.groupby(["host", "layer"])["lat_ns"].apply(lambda x: x.notna().any())
+    ev = ev[~ev.set_index(["host", "layer"]).index.map(has_lat).to_numpy(dtype=bool)]
+    if ev.empty:
+        return ev
+    ev = ev.sort_values("ts_ns", kind="stable")
+    # A tag reused later starts a new span: split where the event after a *done* repeats it.
+    grp = ev.groupby(["host", "layer", "itt"], sort=False)
+    first = grp.head(1).index
+    out = []
+    for (_h, _l, _t), g in grp:
+        done = g["event"].astype(str).str.contains("done|complete|rsp|resp")
+        seg = np.concatenate([[0], np.cumsum(done.to_numpy()[:-1])])
+        for _, part in g.groupby(seg):
+            if len(part) < 2:
+                continue
+            last = part.iloc[-1].copy()
+            last["lat_ns"] = int(part["ts_ns"].iloc[-1] - part["ts_ns"].iloc[0])
+            out.append(last)
+    del first
+    return pd.DataFrame(out) if out else ev.iloc[0:0]
+
+
+def _tie_events(events: pd.DataFrame, commands: pd.DataFrame | None,
+                offset_ns: int) -> pd.DataFrame:
+    """Give probe events carrying an iSCSI task tag the id of the command with that tag
+    nearest in time (tags are reused, times on the initiator clock)."""
+    if commands is None or commands.empty or "itt" not in events.columns or \
+            "itt" not in commands.columns or events["itt"].isna().all():
+        return events
+    ev = events.copy()
+    if "cmd_id" not in ev.columns:
+        ev["cmd_id"] = np.nan
+    want = ev["itt"].notna() & ev["cmd_id"].isna()
+    if not want.any():
+        return ev
+    c = commands.dropna(subset=["itt", "issue_ts_ns"])
+    tag = c["itt"].map(lambda v: int(v, 16) if isinstance(v, str) else int(v))
+    cc = pd.DataFrame({"tag": tag.astype(np.int64).to_numpy(),
+                       "t": c["issue_ts_ns"].astype(np.int64).to_numpy(),
+                       "cmd": c["cmd"].astype(float).to_numpy()}).sort_values("t")
+    e = ev.loc[want]
+    t = e["ts_ns"].astype(np.int64) - np.where(e["host"] == "target", offset_ns, 0)
+    q = pd.DataFrame({"tag": e["itt"].astype(np.int64).to_numpy(), "t": t.to_numpy(),
+                      "i": e.index.to_numpy()}).sort_values("t")
+    m = pd.merge_asof(q, cc, on="t", by="tag", direction="nearest")
+    ev.loc[m["i"].to_numpy(), "cmd_id"] = m["cmd"].to_numpy()
+    return ev
+
+
 def _cmd_by_lba(ev: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame | None) -> pd.Series:
     """SCSI-layer events without a command id: the command with the same LBA and size."""
     if commands is None or commands.empty or "lba" not in ev.columns or "lba" not in commands:
@@ -546,10 +611,15 @@ def _cmd_by_lba(ev: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame | None)
     c = commands.dropna(subset=["lba"]).drop_duplicates("lba")
     by_lba = pd.Series(c["cmd"].to_numpy(), index=c["lba"].astype(np.int64).to_numpy())
     want = cmd.isna() & (ev["layer"] == "scsi") & ev["lba"].notna()
-    if not want.any():
-        return cmd
     out = cmd.astype(float).copy()
     out[want] = by_lba.reindex(ev.loc[want, "lba"].astype(np.int64).to_numpy()).to_numpy()
+    # The target's file reads of the LUN: byte offset / block size is the LBA.
+    if "offset" in ev.columns:
+        f = out.isna() & (ev["layer"] == "syscall") & ev["offset"].notna() & \
+            (ev["host"] == "target")
+        if f.any():
+            lba = (ev.loc[f, "offset"].astype(np.int64) // 512).to_numpy()
+            out[f] = by_lba.reindex(lba).to_numpy()
     return out
 
 

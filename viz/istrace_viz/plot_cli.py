@@ -39,11 +39,10 @@ def sender_segs(cap: Capture, d: str) -> pd.DataFrame | None:
 
 def one_way_ns(cap: Capture) -> int | None:
     """One-way delay for single-capture ladders: testbed setting, else half the median RTT."""
-    tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
-    for k in ("delay_ms", "one_way_ms"):
-        v = (tb or {}).get(k, cap.meta.get(k))
-        if isinstance(v, int | float) and v > 0:
-            return int(v * 1e6)
+    from istrace_viz.report import one_way_ms
+    v = one_way_ms(cap.meta)
+    if v is not None and v > 0:
+        return int(v * 1e6)
     if cap.track is not None and not cap.track.samples.empty:
         r = cap.track.samples["rtt_us"].dropna()
         if not r.empty:
@@ -152,15 +151,22 @@ def default_timeline_window(spans: pd.DataFrame, commands: int = 64) -> tuple[in
     """First syscall (if any) or the first `commands` commands: the study's fig. 2 view."""
     if spans.empty:
         return None
+    # The first syscall that spans whole commands (the study's 2 MB read()), if any.
     sc = spans[spans["row"] == "initiator syscall"]
-    if not sc.empty:
-        first = sc.iloc[0]
-        return int(first["start_ns"]), int(first["end_ns"] + (first["end_ns"] -
-                                                              first["start_ns"]) * 0.05)
+    isc = spans[spans["row"] == "initiator iSCSI"]
+    if not sc.empty and not isc.empty:
+        covers = [((isc["start_ns"] >= r.start_ns) & (isc["end_ns"] <= r.end_ns)).sum()
+                  for r in sc.itertuples()]
+        best = int(np.argmax(covers))
+        if covers[best] > 0:
+            r = sc.iloc[best]
+            pad = int((r["end_ns"] - r["start_ns"]) * 0.03)
+            return int(r["start_ns"]) - pad, int(r["end_ns"]) + pad
     cmds = spans["cmd"].dropna().unique()
-    if len(cmds) > commands:
+    if len(cmds):
         keep = spans[spans["cmd"].isin(cmds[:commands])]
-        return int(keep["start_ns"].min()), int(keep["end_ns"].max())
+        pad = int((keep["end_ns"].max() - keep["start_ns"].min()) * 0.02)
+        return int(keep["start_ns"].min()) - pad, int(keep["end_ns"].max()) + pad
     return None
 
 

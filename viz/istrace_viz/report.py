@@ -41,6 +41,15 @@ def _meta_number(meta: dict[str, Any], *keys: str) -> float | None:
     return None
 
 
+def one_way_ms(meta: dict[str, Any]) -> float | None:
+    """The run's one-way delay: the mean of both directions' settings when given apart."""
+    a = _meta_number(meta, "delay_i2t_ms")
+    b = _meta_number(meta, "delay_t2i_ms")
+    if a is not None and b is not None:
+        return (a + b) / 2
+    return _meta_number(meta, "delay_ms", "one_way_ms")
+
+
 def diagnose(cap: Capture) -> dict[str, Any]:
     """Every number of the verdict (tested directly), plus sentences for the report."""
     out: dict[str, Any] = {"findings": [], "warnings": list(cap.warnings),
@@ -93,7 +102,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         idle = data.idle_ratio(bursts, rate_bps=rate)
         out["idle_ratio"] = idle
         out["bursts"] = len(bursts)
-        delay_ms = _meta_number(cap.meta, "delay_ms", "one_way_ms")
+        delay_ms = one_way_ms(cap.meta)
         owd = (delay_ms / 1e3) if delay_ms is not None else None
         if owd is None and cap.track is not None:
             r = cap.track.samples["rtt_us"].dropna()

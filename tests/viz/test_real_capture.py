@@ -1,0 +1,147 @@
+"""One real small capture (testbed: netns + veth + tgtd, istrace-gen reads, tcpdump at both
+ends) checked against known truth: the workload's own numbers and tshark's dissection."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from istrace_cli.paths import binary
+from istrace_cli.testbed import Testbed, TestbedConfig
+from istrace_viz import data, plot_cli, report
+from istrace_viz.capture import load_capture
+
+N_CMDS, SIZE = 6, 1 << 20
+
+
+def _tshark(pcap, *args):
+    r = subprocess.run(["tshark", "-r", str(pcap), "-n", *args], capture_output=True,
+                       text=True, timeout=120, check=True)
+    return [x for x in r.stdout.splitlines() if x.strip()]
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    out = tmp_path_factory.mktemp("real")
+    gen = binary("istrace-gen")
+    cfg = TestbedConfig(name=f"vz{os.getpid() % 10000}", lun_mb=16)
+    with Testbed(cfg) as tb:
+        dumps = []
+        try:
+            for host, popen, dev in (("initiator", tb.popen_ini, tb.ini_dev),
+                                     ("target", tb.popen_tgt, tb.tgt_dev)):
+                err = open(out / f"tcpdump-{host}.err", "w")
+                dumps.append(popen(["tcpdump", "-U", "-B", "524288", "-i", dev, "-w",
+                                    str(out / f"{host}.pcap"), "tcp port 3260"],
+                                   stdout=subprocess.DEVNULL, stderr=err))
+            deadline = time.time() + 10
+            while time.time() < deadline and not all(
+                    "listening" in (out / f"tcpdump-{h}.err").read_text()
+                    for h in ("initiator", "target")):
+                time.sleep(0.1)
+            r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size",
+                            str(SIZE), "--count", str(N_CMDS), "--queue-depth", "1",
+                            "--json", "--quiet"], capture_output=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            # tcpdump on a busy machine lags: stop it only once its files stop growing.
+            sizes, deadline = None, time.time() + 20
+            while time.time() < deadline:
+                now = [(out / f"{h}.pcap").stat().st_size for h in ("initiator", "target")]
+                if now == sizes:
+                    break
+                sizes = now
+                time.sleep(0.7)
+        finally:
+            for p in dumps:
+                p.send_signal(signal.SIGINT)
+                p.wait(timeout=10)
+    summary = json.loads(r.stdout)
+    (out / "meta.json").write_text(json.dumps({"testbed": {"delay_ms": 0.0},
+                                               "workload": summary}))
+    return out, summary
+
+
+def test_capture_complete(real):
+    out, summary = real
+    assert summary["commands"] == N_CMDS and summary["max_outstanding"] == 1
+    for h in ("initiator", "target"):
+        assert "0 packets dropped by kernel" in (out / f"tcpdump-{h}.err").read_text()
+
+
+def test_segments_match_tshark(real):
+    out, _ = real
+    cap = load_capture(out)
+    for host in ("initiator", "target"):
+        segs = cap.segs[host]
+        rows = _tshark(out / f"{host}.pcap", "-T", "fields", "-e", "tcp.srcport", "-e",
+                       "tcp.len")
+        t2i = sum(int(x.split()[1]) for x in rows if x.split()[0] == "3260")
+        i2t = sum(int(x.split()[1]) for x in rows if x.split()[0] != "3260")
+        assert len(segs) == len(rows)
+        assert segs.loc[segs["dir"] == "t2i", "len"].sum() == t2i
+        assert segs.loc[segs["dir"] == "i2t", "len"].sum() == i2t
+        assert t2i >= N_CMDS * SIZE
+
+
+def test_pdus_match_tshark_and_workload(real):
+    out, _ = real
+    cap = load_capture(out)
+    pdus = cap.pdus["initiator"]
+    ops = _tshark(out / "initiator.pcap", "-Y", "iscsi", "-T", "fields", "-e", "iscsi.opcode")
+    flat = [int(o, 16) for line in ops for o in line.split(",")]
+    for code, name in ((0x01, "SCSI Command"), (0x25, "SCSI Data-In")):
+        assert (pdus["opcode_name"] == name).sum() == flat.count(code), name
+    cmds = cap.commands["initiator"]
+    reads = cmds[cmds["cdb_name"].astype(str).str.startswith("READ(")]
+    assert len(reads) == N_CMDS
+    assert (reads["xfer_bytes"] == SIZE).all() and (reads["bytes_in"] == SIZE).all()
+    assert reads["resp_ts_ns"].notna().all()
+    # The plots' data: one command at a time, both ends' times, every READ in every row.
+    ceil = data.outstanding_ceiling(data.outstanding(cmds))
+    assert ceil["max"] == 1
+    rows = data.ladder_rows(cap.pdus["initiator"], cap.pdus["target"], cap.offset_ns)
+    rd = rows[rows["cmd"].isin(reads["cmd"])]
+    assert not rd["estimated"].any()
+    owd = (rd["t_recv_ns"] - rd["t_send_ns"]).to_numpy()
+    assert (owd >= -50_000).all() and np.median(owd) < 1_000_000  # veth: microseconds
+    assert rd[rd["kind"] == "SCSI Data-In"]["bytes"].tolist() == [SIZE] * N_CMDS
+    spans = plot_cli.timeline_spans(cap)
+    for row in ("initiator iSCSI", "initiator TCP", "wire", "target TCP", "target iSCSI"):
+        got = set(spans.loc[spans["row"] == row, "cmd"].dropna().astype(int))
+        assert set(reads["cmd"].astype(int)) <= got, row
+
+
+def test_tracker_and_seq_graph(real):
+    out, _ = real
+    cap = load_capture(out)
+    tr = cap.track
+    s = tr.samples[(tr.samples["dir"] == "t2i") & (tr.samples["host"] == "target")]
+    t2i_total = cap.segs["target"].query("dir == 't2i'")["len"].sum()
+    assert s["inflight_bytes"].min() >= 0 and s["inflight_bytes"].max() <= t2i_total
+    assert s["inflight_bytes"].iloc[-1] == 0  # everything acknowledged at the end
+    rtt = s["rtt_us"].dropna()
+    assert len(rtt) > 10 and (rtt >= 0).all() and rtt.median() < 5000
+    assert (s["rwnd"].dropna() > 65535).any()  # window scale from the SYNs applied
+    g = data.seq_graph(cap.segs["target"], "t2i")
+    # tshark's relative next-sequence numbers start at 1 after the SYN.
+    nxt = _tshark(out / "target.pcap", "-Y", "tcp.srcport == 3260 && tcp.len > 0", "-T",
+                  "fields", "-e", "tcp.nxtseq")
+    assert g["segments"]["end"].max() == max(int(x) for x in nxt) - 1
+    sg = g["segments"]
+    assert sg["rtx"].sum() <= len(_tshark(out / "target.pcap", "-Y",
+                                          "tcp.analysis.retransmission || "
+                                          "tcp.analysis.out_of_order"))
+
+
+def test_report_on_real_capture(real):
+    out, _ = real
+    path, diag = report.report(out)
+    assert path.read_text().count("data:image/png;base64,") == 7
+    assert diag["outstanding"]["max"] == 1
+    assert diag["sizes"]["scsi_command"]["typical"] == SIZE
+    assert not [w for w in diag["warnings"] if "DROPS" in w]
+    tr = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert any(e["ph"] == "X" for e in tr)
