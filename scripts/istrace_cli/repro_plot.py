@@ -163,33 +163,33 @@ def plot_sessions(df: pd.DataFrame, search: pd.DataFrame, path: Path, title: str
 
 
 def plot_window(df: pd.DataFrame, path: Path, title: str) -> Path:
-    """Throughput vs delay per window / MSS setting, with window/RTT bounds dashed."""
+    """Throughput vs delay per buffer / MSS setting; dashed: the measured window / RTT."""
     df = _ok(df)
-    groups = [g for g in ("window", "mss") if g in set(df["vary"])]
+    groups = [g for g in ("buffer", "mss") if g in set(df["vary"])]
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(6.5 * max(len(groups), 1), 5),
                              squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, g in zip(axes[0], groups, strict=False):
         part = df[df["vary"] == g]
-        settings = sorted({(int(w), int(m)) for w, m in zip(part["window"], part["mss"],
+        settings = sorted({(int(b), int(m)) for b, m in zip(part["buffer"], part["mss"],
                                                                strict=True)})
-        for i, (win, mss) in enumerate(settings):
-            sel = part[(part["window"].astype(int) == win) & (part["mss"].astype(int) == mss)]
+        for i, (buf, mss) in enumerate(settings):
+            sel = part[(part["buffer"].astype(int) == buf) & (part["mss"].astype(int) == mss)]
             sel = sel.sort_values("delay_ms")
             color = colors[i % len(colors)]
             d = sel["delay_ms"].astype(float)
-            label = (f"window {win // 1024} KiB" if g == "window" else
-                     f"MSS {mss} B ({win // mss} x MSS window)")
+            win = float(sel["window"].astype(float).median())
+            label = (f"buffer {buf // 1024} KiB (window ~{win / 1024:.0f} KiB)" if g == "buffer"
+                     else f"MSS {mss} B (window ~{win / 1024:.1f} KiB)")
             ax.plot(d, sel["mbps"].astype(float), "-o", color=color, label=label)
-            rtt = sel["rtt_ms"].astype(float) / 1e3
-            ax.plot(d, [model.window_bound(win, r) / MB for r in rtt], "--", lw=0.9,
-                    color=color)
+            ax.plot(d, sel["bound_mbps"].astype(float), "--", lw=0.9, color=color)
         ax.plot([], [], "--", color="gray", lw=0.9, label="window / RTT bound")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("one-way delay (ms)")
         ax.set_ylabel("throughput (MB/s)")
-        ax.set_title("TCP window" if g == "window" else "MSS (window fixed in segments)",
+        ax.set_title("TCP receive buffer (MSS 1460)" if g == "buffer"
+                     else f"MSS (receive buffer {int(part['buffer'].iloc[0]) // 1024} KiB)",
                      fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)

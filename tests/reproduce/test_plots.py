@@ -75,9 +75,11 @@ def test_window_plot(tmp_path, capsys):
     rows = []
     for p in repro_window.plan(quick=False):
         rtt = 2 * p["delay_ms"] + 0.1
-        bound = m.window_bound(p["window"], rtt / 1e3) / m.MB
-        rows.append(p | {"mbps": min(bound * 0.9, 100.0), "bound_mbps": bound, "rtt_ms": rtt,
-                         "ratio": min(bound * 0.9, 100.0) / bound})
+        window = p["buffer"] * (0.6 if p["mss"] >= 1460 else 0.3)
+        bound = m.window_bound(window, rtt / 1e3) / m.MB
+        mbps = min(bound * 0.9, 100.0)
+        rows.append(p | {"mbps": mbps, "window": window, "bound_mbps": bound, "rtt_ms": rtt,
+                         "ratio": mbps / bound})
     _write(tmp_path / "window.csv", repro_window.COLUMNS, rows)
     assert reproduce.main(["window", "--plot-only", "--out", str(tmp_path)]) == 0
     _png_ok(tmp_path / "repro-window.png")
