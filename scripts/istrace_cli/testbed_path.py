@@ -32,9 +32,18 @@ if TYPE_CHECKING:
 TABLE_I2T, TABLE_T2I = 100, 101
 MID_IP = "10.77.0.254"
 COMP_MAX_US = 100
-# With a rate limit and no --queue: a router-sized queue (Linux's default txqueuelen), not the
-# forwarder's whole ring, which would hold seconds of traffic and wreck TCP's feedback.
+# With a rate limit and no --queue: a router-sized queue of one bandwidth-delay product (at
+# least Linux's default txqueuelen, 1000), not the forwarder's whole ring, which would hold
+# seconds of traffic and wreck TCP's feedback.
 DEFAULT_QUEUE = 1000
+
+
+def default_queue(rate_mbit: float, rtt_ms: float) -> int:
+    """Packets of 1500 bytes in one bandwidth-delay product, at least DEFAULT_QUEUE."""
+    if not rate_mbit:
+        return 0
+    bdp = rate_mbit * 1e6 * rtt_ms / 1e3 / (8 * 1500)
+    return max(DEFAULT_QUEUE, int(bdp + 0.999))
 # SCHED_FIFO forwarder threads: packets leave on time even on a busy machine.
 RT = os.environ.get("ISTRACE_DUMMYNET_RT", "1") != "0"
 
@@ -109,7 +118,7 @@ def start_dummynet(tb: Testbed) -> None:
             "--delay-i2t-us", str(int(round(i2t * 1000))),
             "--delay-t2i-us", str(int(round(t2i * 1000))),
             "--rate-bps", str(int(cfg.rate_mbit * 1e6)), "--loss", repr(cfg.loss),
-            "--queue", str(cfg.queue or (DEFAULT_QUEUE if cfg.rate_mbit else 0)),
+            "--queue", str(cfg.queue or default_queue(cfg.rate_mbit, i2t + t2i)),
             "--seed", str(cfg.seed),
             "--stats", str(tb.run_dir / "dummynet.json"),
             "--control", str(tb.run_dir / "dummynet.ctl"), *(["--rt"] if RT else [])]
@@ -135,9 +144,10 @@ def start_dummynet(tb: Testbed) -> None:
 
 
 def _low_rtt_ms(tb: Testbed, dst: str, count: int) -> float | None:
-    """25th percentile of `count` pings: robust against the load spikes of a shared machine."""
-    r = tb.run_ini(["ping", "-n", "-c", str(count), "-i", "0.02", "-W", "2", dst],
-                   capture_output=True, timeout=30)
+    """25th percentile of `count` pings: robust against the load spikes of a shared machine.
+    ping runs SCHED_FIFO like the forwarder, so the scheduler's queue is not measured."""
+    r = tb.run_ini(["chrt", "-f", "20", "ping", "-n", "-c", str(count), "-i", "0.02", "-W", "2",
+                    dst], capture_output=True, timeout=30)
     rtts = sorted(float(x) for x in re.findall(r"time=([0-9.]+)", r.stdout))
     return rtts[len(rtts) // 4] if len(rtts) >= 3 else None
 
