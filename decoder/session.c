@@ -487,6 +487,9 @@ int64_t pdu_begin(struct decoder *d, struct conn *c, int dir, const uint8_t *h,
 		} else {
 			r->cmd = ci;
 			r->has |= H_CMD;
+			/* The task's LUN: in Data-In/Response the BHS LUN is reserved or absent. */
+			memcpy(r->lun_raw, cr->lun_raw, 8);
+			r->has |= H_LUN;
 			if (r->opcode == 0x05 || r->opcode == 0x25) {
 				if (cr->first_data_ts < 0)
 					cr->first_data_ts = ts;
