@@ -110,6 +110,11 @@ def track_events(events: pd.DataFrame) -> TrackResult:
             "ca_state": col(probe, "ca_state"),
         }, SAMPLE_COLUMNS, n)
         res.samples["delivery_rate_bps"] = _probe_delivery_rate(probe)
+        if "seq" in probe.columns and "ack" in probe.columns:
+            # tcp_probe's seq/ack are the socket's snd_nxt/snd_una: bytes not yet acknowledged.
+            nxt, una = probe["seq"].to_numpy(np.float64), probe["ack"].to_numpy(np.float64)
+            res.samples["inflight_bytes"] = np.where(np.isnan(nxt) | np.isnan(una), np.nan,
+                                                     np.mod(nxt - una, _U32))
 
     cs = ev[(ev["event"] == "cong_state") & ev.get("ca_state", pd.Series(index=ev.index)).notna()]
     if not cs.empty:

@@ -124,7 +124,13 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         else:
             s += " (model needs the PDU block size, delay and throughput)."
         say(s)
-        out["limit"] = _limit_verdict(cap, d, idle, ceil)
+        within, between = _idle_split(cap, d, bursts)
+        out["idle_within_ns"], out["idle_between_ns"] = within, between
+        if within or between:
+            say(f"Idle time of the data sender: {between / 1e6:.1f} ms between commands "
+                f"(waiting for the next command), {within / 1e6:.1f} ms inside commands "
+                "(data left to send, waiting for ACKs: window-limited).")
+        out["limit"] = _limit_verdict(cap, d, idle, ceil, within, between)
         say("Limited by: " + out["limit"])
 
     if cap.track is not None:
@@ -148,29 +154,63 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     return out
 
 
-def _limit_verdict(cap: Capture, d: str, idle: float, ceil: dict[str, Any]) -> str:
-    if idle == idle and idle > 0.5:
+def _idle_split(cap: Capture, d: str, bursts: pd.DataFrame) -> tuple[int, int]:
+    """Idle gaps of the data sender inside a command's data phase vs between commands."""
+    gaps = data.gaps_from_bursts(bursts)
+    if gaps.empty:
+        return 0, 0
+    sender = "target" if d == "t2i" else "initiator"
+    cmds = cap.commands.get(sender)
+    shift = 0
+    if cmds is None:
+        cmds = cap.main_commands()
+        shift = cap.offset_ns if sender == "target" else 0
+    if cmds is None or cmds.empty or "first_data_ts_ns" not in cmds.columns:
+        return 0, int(gaps["gap_ns"].sum())
+    c = cmds.dropna(subset=["first_data_ts_ns", "last_data_ts_ns"])
+    a = np.sort(c["first_data_ts_ns"].astype(np.int64).to_numpy() + shift)
+    z = c.sort_values("first_data_ts_ns")["last_data_ts_ns"].astype(np.int64).to_numpy() + shift
+    # The command whose data phase began last before the gap: is the gap inside it?
+    k = np.searchsorted(a, gaps["start_ns"].to_numpy(np.int64), side="right") - 1
+    inside = (k >= 0) & (gaps["end_ns"].to_numpy(np.int64) <= z[np.maximum(k, 0)])
+    g = gaps["gap_ns"].to_numpy(np.int64)
+    return int(g[inside].sum()), int(g[~inside].sum())
+
+
+def _window_share(cap: Capture, d: str) -> tuple[float | None, float | None]:
+    """Share of in-flight samples that filled the receive window / the congestion window."""
+    s = cap.track.samples if cap.track is not None else pd.DataFrame()
+    s = s[s["dir"] == d] if not s.empty else s
+    if s.empty:
+        return None, None
+    est = s[s["inflight_bytes"].notna() & s["rwnd"].notna() & (s["inflight_bytes"] > 0)]
+    near_rwnd = float((est["inflight_bytes"] >= 0.9 * est["rwnd"]).mean()) if len(est) else None
+    ex = s[s["cwnd"].notna() & s["inflight_pkts"].notna() & (s["inflight_pkts"] > 0)]
+    full = float((ex["inflight_pkts"] >= ex["cwnd"] - 1).mean()) if len(ex) else None
+    return near_rwnd, full
+
+
+def _limit_verdict(cap: Capture, d: str, idle: float, ceil: dict[str, Any], within: int = 0,
+                   between: int = 0) -> str:
+    near_rwnd, full = _window_share(cap, d)
+    if idle == idle and idle > 0.5 and between >= within:
         why = "the sender is idle most of the time waiting for the next command"
         if ceil.get("flat"):
             why += f" (never more than {ceil['max']} outstanding)"
         return f"application / protocol-limited: {why}."
-    s = cap.track.samples if cap.track is not None else pd.DataFrame()
-    s = s[s["dir"] == d] if not s.empty else s
-    est = s[s["inflight_bytes"].notna() & s["rwnd"].notna() & (s["inflight_bytes"] > 0)]
-    if not est.empty:
-        near_rwnd = float((est["inflight_bytes"] >= 0.9 * est["rwnd"]).mean())
-        if near_rwnd > 0.3:
-            return (f"receive-window-limited: in flight within 10% of the receive window "
-                    f"{near_rwnd * 100:.0f}% of the time.")
-    ex = s[s["cwnd"].notna() & s["inflight_pkts"].notna()] if not s.empty else s
-    if not ex.empty:
-        full = float((ex["inflight_pkts"] >= ex["cwnd"] - 1).mean())
-        if full > 0.3:
-            return f"cwnd-limited: in flight filled the congestion window {full * 100:.0f}% " \
-                   "of the time."
+    if near_rwnd is not None and near_rwnd > 0.3:
+        return (f"receive-window-limited: in flight within 10% of the receive window "
+                f"{near_rwnd * 100:.0f}% of the time.")
+    if full is not None and full > 0.3:
+        return (f"cwnd-limited: in flight filled the congestion window {full * 100:.0f}% of "
+                "the time (exact, probe events).")
+    if within > between:
+        return ("window-limited inside commands: the sender waits for ACKs with data left "
+                "to send" + (" (cwnd unknown without probe events; receive window not full)"
+                             if full is None else " (slow start / cwnd growth)") + ".")
     if idle == idle:
         return ("sender mostly busy and neither window full: limited by the path or host "
-                "(cwnd unknown without probe events)." if ex.empty else
+                "(cwnd unknown without probe events)." if full is None else
                 "sender mostly busy, windows not full: limited by the path or host.")
     return "unknown (no data segments)."
 
@@ -237,7 +277,7 @@ def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
         from istrace_decoder.track_cli import write_result
         write_result(cap.track, d / "track.csv")
     print("report: plotting ...", file=sys.stderr)
-    made = plot_cli.make_plots(cap, d / "plots", plot_cli.KINDS)
+    made = plot_cli.make_plots(cap, d / "plots", plot_cli.KINDS, formats=("png",))
     diag = diagnose(cap)
     spans = plot_cli.timeline_spans(cap)
     inst = perfetto.pdu_instants(cap.pdus, cap.offset_ns)
