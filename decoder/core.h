@@ -87,7 +87,7 @@ struct conn {
 	struct stream s[2];
 	/* negotiation */
 	uint8_t hd_on, dd_on;      /* digests in use for full-feature PDUs */
-	uint8_t digests_known;     /* login seen (or guessed) */
+	uint8_t hd_known, dd_known; /* from the login, or proved by the stream itself */
 	uint8_t login_done;
 	char *initiator_name, *target_name, *session_type;
 	char header_digest[32], data_digest[32], immediate_data[8], initial_r2t[8];

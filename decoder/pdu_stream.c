@@ -212,29 +212,34 @@ static int hunt_scan(struct decoder *d, struct conn *c, int dir)
 		if (!bhs_plausible(b, dir))
 			continue;
 		uint32_t hl = BHS_LEN + (uint32_t)b[4] * 4;
-		int hd = c->hd_on, dd = c->dd_on, hd_proved = 0;
+		int hd = c->hd_on, dd = c->dd_on, hd_proved = 0, dd_proved = 0;
 		if (k + hl + 4 <= s->hlen) {
 			int crc_ok = crc32c(b, hl) == rd32le(b + hl);
-			if (c->digests_known && c->hd_on && !crc_ok)
+			if (c->hd_known && c->hd_on && !crc_ok)
 				continue;
-			if (!c->digests_known && crc_ok) {
-				hd = 1;
+			if (!c->hd_known && crc_ok) {
+				hd = 1; /* a matching CRC32C after the header: digests are on */
 				hd_proved = 1;
 			}
-		} else if (c->digests_known && c->hd_on) {
-			return 0; /* wait for the digest bytes */
+		} else if (c->hd_known && c->hd_on) {
+			break; /* wait for the digest bytes */
 		}
 		uint64_t total = pdu_total(b, hd, dd);
 		int next_ok = 0, next_known = 0;
 		if (k + total + BHS_LEN <= s->hlen) {
 			next_known = 1;
 			next_ok = bhs_plausible(b + total, dir);
-			if (!next_ok && !c->digests_known && rd24be(b + 5)) {
+			if (!c->dd_known && rd24be(b + 5)) {
+				/* Data digest unknown: the next header says whether 4 bytes follow. */
 				uint64_t t2 = pdu_total(b, hd, !dd);
-				if (k + t2 + BHS_LEN <= s->hlen && bhs_plausible(b + t2, dir)) {
+				int alt = k + t2 + BHS_LEN <= s->hlen && bhs_plausible(b + t2, dir);
+				if (next_ok && !alt) {
+					dd_proved = 1;
+				} else if (!next_ok && alt) {
 					next_ok = 1;
 					dd = !dd;
-				}
+					dd_proved = 1;
+				} /* both plausible: keep the current guess, prove nothing */
 			}
 		}
 		if (next_known && !next_ok)
@@ -244,11 +249,13 @@ static int hunt_scan(struct decoder *d, struct conn *c, int dir)
 				continue; /* can never check it: not good enough */
 			break;            /* wait for more bytes to check the next header */
 		}
-		if (!c->digests_known && (hd_proved || next_known)) {
-			c->hd_on = (uint8_t)hd;
+		if (hd_proved) {
+			c->hd_on = 1;
+			c->hd_known = 1;
+		}
+		if (dd_proved) {
 			c->dd_on = (uint8_t)dd;
-			if (hd_proved)
-				c->digests_known = 1;
+			c->dd_known = 1;
 		}
 		lock_at(d, c, dir, k);
 		return 1;

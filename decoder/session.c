@@ -519,7 +519,7 @@ int64_t pdu_begin(struct decoder *d, struct conn *c, int dir, const uint8_t *h,
 			c->tsih = rd16be(h + 14);
 			c->cid = rd16be(h + 20);
 			c->has_login = 1;
-			c->digests_known = 1;
+			c->hd_known = c->dd_known = 1; /* digests stay off until the login ends */
 		} else if (r->opcode == 0x23) {
 			if (rd16be(h + 14))
 				c->tsih = rd16be(h + 14);
@@ -705,7 +705,7 @@ void pdu_finish(struct decoder *d, struct conn *c, int dir, int64_t idx, const u
 			c->login_done = 1;
 			c->hd_on = !strcmp(c->header_digest, "CRC32C");
 			c->dd_on = !strcmp(c->data_digest, "CRC32C");
-			c->digests_known = 1;
+			c->hd_known = c->dd_known = 1;
 		}
 		break;
 	case 0x3f:
@@ -806,8 +806,10 @@ static void conn_emit(struct decoder *d, struct conn *c)
 	cr.header_digest = c->header_digest[0] ? c->header_digest
 			   : c->has_login ? "None" : NULL;
 	cr.data_digest = c->data_digest[0] ? c->data_digest : c->has_login ? "None" : NULL;
-	if (!c->has_login && c->digests_known) {
-		cr.header_digest = c->hd_on ? "CRC32C" : NULL;
+	if (!c->has_login) {
+		/* No login seen: what the stream itself proved, else unknown. */
+		cr.header_digest = c->hd_known && c->hd_on ? "CRC32C" : NULL;
+		cr.data_digest = c->dd_known ? (c->dd_on ? "CRC32C" : "None") : NULL;
 	}
 	cr.mrdsl_i2t = c->mrdsl[DIR_T2I];
 	cr.mrdsl_t2i = c->mrdsl[DIR_I2T];

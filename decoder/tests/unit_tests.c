@@ -588,6 +588,38 @@ static void test_digests_and_login(void)
 	      (long long)g->conn.mrdsl_t2i, (long long)g->conn.mrdsl_i2t);
 }
 
+/* No handshake, no login, digests on: the hunt proves them from the bytes themselves. */
+static void test_digests_without_login(void)
+{
+	struct cap c;
+	struct decode_stats st;
+	static uint8_t buf[4096];
+	cap_init(&c);
+	uint32_t n = build_read(buf, 0x50, 8, 1);
+	n += le_digest(buf + n, crc32c(buf, 48));
+	cap_send(&c, 0, buf, n, 1448);
+	bhs(buf, 0x25, 0x81, 512, 0x50);
+	n = 48 + le_digest(buf + 48, crc32c(buf, 48));
+	for (int i = 0; i < 512; i++)
+		buf[n + (uint32_t)i] = (uint8_t)(i * 3);
+	uint32_t dcrc = crc32c(buf + n, 512);
+	n += 512;
+	n += le_digest(buf + n, dcrc);
+	bhs(buf + n, 0x20, 0x80, 0, 0xffffffff);
+	put32(buf + n + 20, 0xffffffff);
+	uint32_t h = n;
+	n += 48;
+	n += le_digest(buf + n, crc32c(buf + h, 48));
+	cap_send(&c, 1, buf, n, 1448);
+	struct got *g = decode(&c, &st);
+	CHECK(g->n == 3, "pdus %d", g->n);
+	CHECK(g->r[0].opcode == 1 && g->r[0].hdigest == DIG_OK, "cmd hd %d", g->r[0].hdigest);
+	CHECK(g->r[1].opcode == 0x25 && g->r[1].hdigest == DIG_OK && g->r[1].ddigest == DIG_OK,
+	      "data-in %d %d", g->r[1].hdigest, g->r[1].ddigest);
+	CHECK(g->r[2].opcode == 0x20 && g->r[2].hdigest == DIG_OK, "nop-in");
+	CHECK(!strcmp(g->hd, "CRC32C") && !strcmp(g->dd, "CRC32C"), "conn %s %s", g->hd, g->dd);
+}
+
 /* READ CAPACITY(10) data teaches the block size used for later CDBs on that LUN. */
 static void test_block_size(void)
 {
@@ -649,6 +681,7 @@ int main(void)
 	test_mid_pdu_start();
 	test_truncated();
 	test_digests_and_login();
+	test_digests_without_login();
 	test_block_size();
 	test_garbage();
 	printf("unit tests: %d checks, %d failures\n", checks, failures);
