@@ -333,27 +333,41 @@ static void flags_text(const uint8_t *b, char *out, size_t len)
 	}
 }
 
+struct vline {
+	unsigned off;
+	char text[200];
+};
+
+static void vadd(struct vline *v, unsigned *n, unsigned off, const char *text)
+{
+	if (*n >= 24)
+		return;
+	v[*n].off = off;
+	snprintf(v[*n].text, sizeof v[*n].text, "%s", text);
+	(*n)++;
+}
+
 void bhs_describe(const uint8_t *b, void (*emit)(void *ctx, const char *line), void *ctx)
 {
+	struct vline v[24];
+	unsigned nv = 0;
 	char line[200], ft[96];
 	uint8_t op = b[0] & 0x3f;
 	snprintf(line, sizeof line, "BHS[0]      Opcode = 0x%02x (%s), I = %u", op,
 		 iscsi_opcode_name(op), (b[0] >> 6) & 1);
-	emit(ctx, line);
+	vadd(v, &nv, 0, line);
 	flags_text(b, ft, sizeof ft);
 	snprintf(line, sizeof line, "BHS[1]      Flags = 0x%02x: %s", b[1], ft);
-	emit(ctx, line);
+	vadd(v, &nv, 1, line);
 	snprintf(line, sizeof line, "BHS[4]      TotalAHSLength = %u (x4 = %u bytes)", b[4],
 		 b[4] * 4u);
-	emit(ctx, line);
+	vadd(v, &nv, 4, line);
 	snprintf(line, sizeof line, "BHS[5-7]    DataSegmentLength = %u", rd24be(b + 5));
-	emit(ctx, line);
+	vadd(v, &nv, 5, line);
 	snprintf(line, sizeof line, "BHS[16-19]  Initiator Task Tag = 0x%08x", rd32be(b + 16));
-	emit(ctx, line);
+	vadd(v, &nv, 16, line);
 	const struct opinfo *oi = op_info(op);
-	if (!oi)
-		return;
-	for (const struct field *f = oi->fields; f->name; f++) {
+	for (const struct field *f = oi ? oi->fields : f_vendor; f->name; f++) {
 		char pos[16];
 		if (f->len == 1)
 			snprintf(pos, sizeof pos, "BHS[%u]", f->off);
@@ -361,16 +375,16 @@ void bhs_describe(const uint8_t *b, void (*emit)(void *ctx, const char *line), v
 			snprintf(pos, sizeof pos, "BHS[%u-%u]", f->off, f->off + f->len - 1);
 		if (f->kind == K_LUN) {
 			int single;
-			uint64_t v = lun_value(b + 8, &single);
+			uint64_t lv = lun_value(b + 8, &single);
 			snprintf(line, sizeof line, "%-11s LUN = %llu (%02x%02x %02x%02x %02x%02x %02x%02x)%s",
-				 pos, (unsigned long long)v, b[8], b[9], b[10], b[11], b[12], b[13],
+				 pos, (unsigned long long)lv, b[8], b[9], b[10], b[11], b[12], b[13],
 				 b[14], b[15], single ? "" : " multi-level");
 		} else if (f->len == 4) {
-			uint32_t v = rd32be(b + f->off);
+			uint32_t x = rd32be(b + f->off);
 			if (f->kind == K_TTT || strstr(f->name, "Tag"))
-				snprintf(line, sizeof line, "%-11s %s = 0x%08x", pos, f->name, v);
+				snprintf(line, sizeof line, "%-11s %s = 0x%08x", pos, f->name, x);
 			else
-				snprintf(line, sizeof line, "%-11s %s = %u", pos, f->name, v);
+				snprintf(line, sizeof line, "%-11s %s = %u", pos, f->name, x);
 		} else if (f->len == 6) {
 			const uint8_t *p = b + f->off;
 			snprintf(line, sizeof line, "%-11s %s = 0x%02x%02x%02x%02x%02x%02x", pos,
@@ -381,6 +395,15 @@ void bhs_describe(const uint8_t *b, void (*emit)(void *ctx, const char *line), v
 			snprintf(line, sizeof line, "%-11s %s = %u (0x%02x)", pos, f->name, b[f->off],
 				 b[f->off]);
 		}
-		emit(ctx, line);
+		vadd(v, &nv, f->off, line);
 	}
+	/* In byte order, like reading the header left to right. */
+	for (unsigned i = 1; i < nv; i++)
+		for (unsigned j = i; j > 0 && v[j - 1].off > v[j].off; j--) {
+			struct vline t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	for (unsigned i = 0; i < nv; i++)
+		emit(ctx, v[i].text);
 }
