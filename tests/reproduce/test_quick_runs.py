@@ -86,5 +86,7 @@ def test_window_quick(quick_run):
     at50 = df[(df.vary == "buffer") & (df.delay_ms == 50)].set_index("buffer")["mbps"]
     assert at50[256 << 10] > 3 * at50[32 << 10]          # bigger buffer, more throughput
     m = df[(df.vary == "mss") & (df.delay_ms == 50)].set_index("mss")
-    assert m.loc[1460, "mbps"] > 1.4 * m.loc[536, "mbps"]   # small MSS: less window per buffer
-    assert m.loc[1460, "window"] > m.loc[536, "window"]
+    # Linux sizes the window from the buffer after per-segment overhead: a small MSS gets a
+    # smaller window from the same buffer, and with it less throughput.
+    assert m.loc[1460, "window"] > 1.1 * m.loc[536, "window"]
+    assert m.loc[1460, "mbps"] > 1.05 * m.loc[536, "mbps"]
