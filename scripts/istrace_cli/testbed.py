@@ -49,6 +49,7 @@ class TestbedConfig:
     loss: float = 0.0                    # drop probability per packet, each direction
     queue: int = 0                       # forwarder queue limit in packets, 0 = default
     txqueuelen: int = 0                  # transmit queue of each end's interface, 0 = default
+    nic_rate_mbit: float = 0.0           # each end's interface sends at most this (htb)
     lun_mb: int = 64
     lun2_mb: int = 0                     # optional second LUN (2), same pattern
     chap_user: str | None = None
@@ -74,8 +75,11 @@ class TestbedConfig:
         for d in self.one_way():
             if not 0 <= d <= 200:
                 raise ValueError(f"one-way delay {d} ms outside 0..200")
-        if self.rate_mbit < 0 or self.rate_mbit > 100000:
-            raise ValueError(f"rate {self.rate_mbit} Mbit/s out of range")
+        for rate in (self.rate_mbit, self.nic_rate_mbit):
+            if rate < 0 or rate > 100000:
+                raise ValueError(f"rate {rate} Mbit/s out of range")
+        if self.txqueuelen < 0 or self.queue < 0:
+            raise ValueError("queue lengths must be >= 0")
         if not 0 <= self.loss < 1:
             raise ValueError(f"loss {self.loss} must be a fraction in [0, 1)")
         if self.lun_mb < 1 or self.lun2_mb < 0:
@@ -204,8 +208,8 @@ class Testbed:
             netns.sysctl(ns, "net.ipv4.tcp_wmem", "4096 16384 67108864")
             if not cfg.offloads:
                 netns.offloads_off(dev, ns)
-            if cfg.txqueuelen:
-                testbed_path.set_txqueuelen(dev, ns, cfg.txqueuelen)
+            if cfg.txqueuelen or cfg.nic_rate_mbit:
+                testbed_path.set_txqueuelen(dev, ns, cfg.txqueuelen, cfg.nic_rate_mbit)
         if cfg.emulated():
             if use_netem:
                 self.emulator = "netem"
@@ -295,7 +299,8 @@ class Testbed:
                 "lun_mb": self.cfg.lun_mb, "emulator": self.emulator,
                 "delay_i2t_ms": i2t, "delay_t2i_ms": t2i, "rate_mbit": self.cfg.rate_mbit,
                 "loss": self.cfg.loss, "queue": self.cfg.queue,
-                "txqueuelen": self.cfg.txqueuelen, "offloads": self.cfg.offloads,
+                "txqueuelen": self.cfg.txqueuelen, "nic_rate_mbit": self.cfg.nic_rate_mbit,
+                "offloads": self.cfg.offloads,
                 "chap": bool(self.cfg.chap_user), "control_port": self.control_port}
 
 
@@ -340,6 +345,8 @@ def add_path_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss", type=parse_loss, default=0.0, help="e.g. 0.1%%")
     p.add_argument("--queue", type=int, default=0, help="forwarder queue limit, packets")
     p.add_argument("--txqueuelen", type=int, default=0, help="each end's transmit queue")
+    p.add_argument("--nic-rate", type=parse_rate, default=0.0,
+                   help="each end's NIC sends at most this (its txqueuelen then overflows)")
     p.add_argument("--lun-mb", type=int, default=64)
     p.add_argument("--lun2-mb", type=int, default=0)
     p.add_argument("--chap-user")
@@ -353,7 +360,8 @@ def add_path_args(p: argparse.ArgumentParser) -> None:
 def config_from_args(a: argparse.Namespace) -> TestbedConfig:
     return TestbedConfig(name=a.name, delay_ms=a.delay, delay_i2t_ms=a.delay_i2t,
                          delay_t2i_ms=a.delay_t2i, rate_mbit=a.rate, loss=a.loss,
-                         queue=a.queue, txqueuelen=a.txqueuelen, lun_mb=a.lun_mb,
+                         queue=a.queue, txqueuelen=a.txqueuelen, nic_rate_mbit=a.nic_rate,
+                         lun_mb=a.lun_mb,
                          lun2_mb=a.lun2_mb, chap_user=a.chap_user, chap_secret=a.chap_secret,
                          chap_mutual_user=a.chap_mutual_user,
                          chap_mutual_secret=a.chap_mutual_secret, emulator=a.emulator,

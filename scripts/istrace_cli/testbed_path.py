@@ -71,11 +71,24 @@ def netem_available(ns: str) -> bool:
     return ok
 
 
-def set_txqueuelen(dev: str, ns: str, qlen: int) -> None:
+def set_txqueuelen(dev: str, ns: str, qlen: int, nic_rate_mbit: float = 0.0) -> None:
     """The end's transmit queue (the study's NIC buffer). veth has no qdisc by default, so a
-    pfifo of that many packets is attached for the length to mean anything."""
+    pfifo of that many packets is attached for the length to mean anything. With a NIC rate
+    the end sends no faster than that (htb), so its own queue fills and overflows the way a
+    real NIC's does: a drop there is local congestion, which puts TCP into CWR."""
+    qlen = qlen or 1000
     netns.sh(["ip", "link", "set", "dev", dev, "txqueuelen", str(qlen)], ns=ns)
-    netns.sh(["tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", str(qlen)], ns=ns)
+    if not nic_rate_mbit:
+        netns.sh(["tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", str(qlen)],
+                 ns=ns)
+        return
+    rate = f"{nic_rate_mbit}mbit"
+    netns.sh(["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
+              "default", "1"], ns=ns)
+    netns.sh(["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+              "rate", rate, "ceil", rate], ns=ns)
+    netns.sh(["tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "pfifo",
+              "limit", str(qlen)], ns=ns)
 
 
 def mid_devs(tb: Testbed) -> tuple[str, str, str, str]:

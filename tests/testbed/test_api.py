@@ -44,14 +44,34 @@ def test_chap_one_way():
 
 
 def test_cli_up_status_down(istrace):
-    up = istrace("testbed", "up", "--name", "tbcli", "--lun-mb", "2", "--txqueuelen", "256")
+    up = istrace("testbed", "up", "--name", "tbcli", "--lun-mb", "2", "--txqueuelen", "256",
+                 "--nic-rate", "500mbit")
     try:
         assert up.returncode == 0, up.stderr
         st = istrace("testbed", "status", "--name", "tbcli")
         assert '"ready": true' in st.stdout and "tgtd" in st.stdout
         q = os.popen("ip netns exec ist-tbcli-i tc qdisc show dev isttbcli-i").read()
-        assert "pfifo" in q and "limit 256" in q
+        assert "pfifo" in q and "limit 256p" in q and "htb" in q
+        c = os.popen("ip netns exec ist-tbcli-t tc class show dev isttbcli-t").read()
+        assert "rate 500Mbit" in c, c
     finally:
         down = istrace("testbed", "down", "--name", "tbcli")
     assert down.returncode == 0, down.stderr
     assert leftovers("tbcli") == []
+
+
+def test_chap_mutual():
+    cfg = TestbedConfig(name="tbmch", lun_mb=1, chap_user="ini", chap_secret="secret123456",
+                        chap_mutual_user="tgt", chap_mutual_secret="tsecret654321")
+    with Testbed(cfg) as tb:
+        url = f"iscsi://ini%secret123456@{tb.portal}/{tb.iqn}/1"
+
+        def login(query):
+            return tb.run_ini(["iscsi-readcapacity16", url + query], capture_output=True,
+                              timeout=30)
+        ok = login("?target_user=tgt&target_password=tsecret654321")
+        assert ok.returncode == 0, ok.stderr
+        # the initiator checks the target's answer: a wrong target secret fails the login
+        bad = login("?target_user=tgt&target_password=wrongwrong12")
+        assert bad.returncode != 0 and "CHAP" in bad.stderr
+    assert leftovers("tbmch") == []
