@@ -121,6 +121,12 @@ void reasm_segment(struct decoder *d, struct conn *c, int dir, const struct tcp_
 			if (s->have_seq && s->started) {
 				/* A new connection on the same ports: finish the old byte stream. */
 				reasm_end(d, c, dir);
+				if (dir == DIR_I2T) {
+					/* ... and its login starts again without digests. */
+					c->hd_on = c->dd_on = 0;
+					c->hd_known = c->dd_known = 0;
+					c->login_done = 0;
+				}
 			}
 			s->have_seq = 1;
 			s->next_seq = seq;

@@ -37,7 +37,7 @@ struct decoder {
 	uint64_t cr_head, cr_next, cr_cap;
 };
 
-#define PR_MAX (1u << 20)
+#define PR_MAX (1u << 17) /* PDUs held back behind one still being assembled */
 
 struct decode_stats *decoder_stats(struct decoder *d) { return d->st; }
 
@@ -88,8 +88,7 @@ static int grow_ring(void **arr, uint64_t *cap, uint64_t head, uint64_t next, si
 		return 0;
 	for (uint64_t i = head; i < next; i++)
 		memcpy(n + (i & (ncap - 1)) * elsz, (char *)*arr + (i & (*cap - 1)) * elsz, elsz);
-	/* Slots outside [head, next) may own kv buffers (pdu ring): those leak-free moves
-	 * are handled by the caller freeing them before growing. */
+	/* Only called when the ring is full: every old slot is moved, nothing is lost. */
 	free(*arr);
 	*arr = n;
 	*cap = ncap;
@@ -106,21 +105,12 @@ static uint64_t pdu_alloc(struct decoder *d)
 			emit_pdu_head(d);
 			flush_pdus(d, 0);
 		} else {
-			/* Free the kv buffers of idle slots: only live slots are moved. */
-			for (uint64_t i = 0; i < d->pr_cap; i++) {
-				uint64_t idx = d->pr_head + i;
-				if (idx >= d->pr_next) {
-					struct pdu_rec *r = &d->pr[i];
-					free(r->kv);
-					r->kv = NULL;
-				}
-			}
+			/* The ring is full, so every slot is live and moves with its kv buffer. */
 			void *arr = d->pr;
-			if (!grow_ring(&arr, &d->pr_cap, d->pr_head, d->pr_next, sizeof *d->pr)) {
+			if (!grow_ring(&arr, &d->pr_cap, d->pr_head, d->pr_next, sizeof *d->pr))
 				emit_pdu_head(d);
-			} else {
+			else
 				d->pr = arr;
-			}
 		}
 	}
 	uint64_t idx = d->pr_next++;
