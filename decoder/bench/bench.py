@@ -42,6 +42,11 @@ class Run:
     def mbps(self) -> float:
         return self.size / 1e6 / self.wall
 
+    @property
+    def cpu_mbps(self) -> float:
+        """Throughput per CPU second: fairer than wall time on a loaded, shared machine."""
+        return self.size / 1e6 / max(self.cpu, 1e-3)
+
 
 def build_generator(out: Path) -> Path:
     exe = out / "gen-reads"
@@ -79,7 +84,8 @@ def timed(name: str, cmd: list[str], size: int, stdout: int | None = subprocess.
         sys.exit(f"bench: {name} failed ({r.returncode}): {r.stderr.decode()[-500:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     run = Run(name, size, wall, cpu, after.ru_maxrss / 1024)
-    print(f"    {run.wall:7.2f} s wall, {run.cpu:7.2f} s cpu, {run.mbps:8.1f} MB/s", flush=True)
+    print(f"    {run.wall:7.2f} s wall, {run.cpu:7.2f} s cpu, {run.mbps:8.1f} MB/s wall, "
+          f"{run.cpu_mbps:8.1f} MB/s per cpu-s", flush=True)
     return run, r
 
 
@@ -144,17 +150,22 @@ def main(argv: list[str] | None = None) -> int:
     by = {r.name: r for r in runs}
     ts = by.get("tshark -Y iscsi -T fields (prefix)")
     print("\nresult (MB = 10^6 bytes of capture file, page cache warm):")
-    print(f"  {'run':<36} {'MB':>7} {'wall s':>8} {'cpu s':>8} {'MB/s':>9} {'x tshark':>9}")
+    print(f"  {'run':<36} {'MB':>7} {'wall s':>8} {'cpu s':>8} {'MB/s':>9} {'x tshark':>9}"
+          f" {'MB/cpu-s':>9} {'x tshark':>9}")
     for r in runs:
-        ratio = f"{r.mbps / ts.mbps:9.1f}" if ts and not r.name.startswith("tshark") else ""
+        ratio = cratio = ""
+        if ts and not r.name.startswith("tshark"):
+            ratio, cratio = f"{r.mbps / ts.mbps:9.1f}", f"{r.cpu_mbps / ts.cpu_mbps:9.1f}"
         print(f"  {r.name:<36} {r.size / 1e6:7.0f} {r.wall:8.2f} {r.cpu:8.2f} {r.mbps:9.1f} "
-              f"{ratio}")
+              f"{ratio:>9} {r.cpu_mbps:9.1f} {cratio:>9}")
     for p in problems:
         print(f"  PROBLEM: {p}")
     if not a.keep:
         for p in (full, prefix):
             p.unlink(missing_ok=True)
-    print(f"cpu: {os.cpu_count()} cores; decoder {a.decoder}")
+    load = os.getloadavg()
+    print(f"cpu: {os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f};"
+          f" decoder {a.decoder}")
     return 1 if problems else 0
 
 

@@ -554,3 +554,41 @@ def test_live_pipe_streams(dec: Path, tmp: Path) -> None:
             p.wait()
     lines = [first, *rest.splitlines()]
     assert sum(1 for x in lines if x.strip()) >= len(conv.pdus)
+
+
+# ---------------------------------------------------------------- more protocol corners
+def test_sequence_number_wrap(dec: Path, tmp: Path) -> None:
+    """Both directions' sequence numbers wrap past 2^32 in the middle of PDUs."""
+    flow = pw.Flow(ini_isn=0xFFFFFF00, tgt_isn=0xFFFFF000)
+    conv = dc.basic(flow=flow)
+    segs = conv.segments()
+    assert any(s.seq < 0x1000 for s in segs if s.dir == "t2i" and s.payload)
+    res = decode(dec, write(tmp, "wrap.pcap", conv.flow, segs))
+    assert res.rc == 0, res.stderr
+    for p in conv.pdus:
+        p.seq &= 0xFFFFFFFF
+    check_all(res, conv, segs)
+
+
+def test_extended_cdb_ahs_and_many_connections(dec: Path, tmp: Path) -> None:
+    """A 32-byte CDB (Extended CDB AHS) and three connections interleaved packet by packet."""
+    convs = [dc.basic(flow=pw.Flow(ini_port=41000 + k)) for k in range(3)]
+    for c in convs:
+        c.pdus.insert(2, dc.Pdu("i2t", pw.scsi_cmd(0x77, bytes([0x7F, 0, 0, 0, 0, 0, 0, 0x18])
+                                                   + bytes(24), cmdsn=1, expstatsn=1),
+                                {"opcode": 1, "itt": 0x77, "ahs_len": 20, "cdb_opcode": 0x7F}))
+    seg_lists = [c.segments() for c in convs]
+    pk: list[pw.Packet] = []
+    n = max(len(x) for x in seg_lists)
+    for i in range(n):
+        for c, segs in zip(convs, seg_lists, strict=True):
+            if i < len(segs):
+                pk += pw.packets_of(c.flow, [segs[i]], t0_ns=T0 + len(pk) * STEP)
+    path = Path(pw.write_capture(str(tmp / "multi.pcap"), pk))
+    res = decode(dec, path)
+    assert res.rc == 0, res.stderr
+    assert len(res.connections) == 3
+    for c in convs:
+        mine = res.pdus[res.pdus["conn"] == c.flow.conn]
+        check_all(Decoded(res.rc, res.stderr, mine, res.commands, res.connections, res.outdir),
+                  c)
