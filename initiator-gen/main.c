@@ -23,7 +23,8 @@ static const char usage_text[] =
 	"       istrace-gen --serve [ADDR:]PORT [--serve-file PATH]        socket baseline source\n"
 	"       istrace-gen --socket HOST:PORT --size 4M --time T [--stream] socket baseline\n"
 	"\n"
-	"target:   --portal, --target IQN, --lun N (default 1), --initiator-name IQN\n"
+	"target:   --portal, --target IQN (default: the portal's first SendTargets entry),\n"
+	"          --lun N (default 1), --initiator-name IQN\n"
 	"auth:     --chap-user U --chap-secret S [--chap-target-user U --chap-target-secret S]\n"
 	"keys:     --header-digest none|crc32c, --data-digest none|crc32c, --mrdsl N (262144),\n"
 	"          --max-burst N (16776192), --first-burst N (262144), --immediate-data yes|no,\n"
@@ -232,8 +233,6 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		usage_error("%s", "--portal HOST[:PORT] is required");
 	if (o->discover)
 		return;
-	if (!o->target)
-		usage_error("%s", "--target IQN is required (find it with --discover)");
 	if ((o->chap_user == NULL) != (o->chap_secret == NULL))
 		usage_error("%s", "--chap-user and --chap-secret go together");
 	if ((o->chap_target_user == NULL) != (o->chap_target_secret == NULL) ||
@@ -356,8 +355,36 @@ static int geometry(struct gen_opts *o, struct run *r, const struct session *s, 
 	return 0;
 }
 
+/* No --target: ask the portal and take its first target, as iscsiadm users expect. */
+static int pick_target(struct gen_opts *o)
+{
+	static char name[256];
+	struct session s;
+	int quiet = o->quiet;
+	struct gen_opts d = *o; /* discovery sessions rarely need the target's CHAP account */
+	d.chap_user = d.chap_secret = d.chap_target_user = d.chap_target_secret = NULL;
+	int rc = session_open(&s, &d, 0, 1, 0);
+	if (!rc)
+		rc = session_discover(&s, 0, 0, name, sizeof(name));
+	if (!rc && !name[0])
+		err_set(&s.c.err, EXIT_LOGIN, "the portal offers no targets (SendTargets)");
+	int code = rc || !name[0] ? fail_early(o, &s.c.err) : 0;
+	session_close(&s);
+	if (!code) {
+		o->target = name;
+		if (!quiet)
+			fprintf(stderr, "target: %s (first of the portal's SendTargets list)\n", name);
+	}
+	return code;
+}
+
 static int run_iscsi(struct gen_opts *o)
 {
+	if (!o->target) {
+		int code = pick_target(o);
+		if (code)
+			return code;
+	}
 	struct worker *ws = calloc(o->sessions, sizeof(*ws));
 	struct run *r = calloc(1, sizeof(*r));
 	struct stats *st = malloc(sizeof(*st));
@@ -451,7 +478,7 @@ static int run_discover(const struct gen_opts *o)
 	struct session s;
 	int rc = session_open(&s, o, 0, 1, !o->quiet);
 	if (!rc)
-		rc = session_discover(&s, o->json);
+		rc = session_discover(&s, o->json, 1, NULL, 0);
 	int code = 0;
 	if (rc) {
 		code = s.c.err.code ? s.c.err.code : EXIT_INTERNAL;

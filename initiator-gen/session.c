@@ -243,7 +243,7 @@ int session_read_capacity(struct session *s)
 	return -1;
 }
 
-int session_discover(struct session *s, int json)
+int session_discover(struct session *s, int json, int print, char *first, size_t firstlen)
 {
 	struct conn *c = &s->c;
 	struct kvbuf kv = {0};
@@ -286,6 +286,10 @@ int session_discover(struct session *s, int json)
 		ttt = h.ttt; /* continue the same exchange */
 	}
 	int count = 0, naddr = 0;
+	if (first && firstlen)
+		first[0] = 0;
+	if (!print)
+		json = 0;
 	if (json)
 		printf("{\"targets\": [");
 	for (size_t i = 0; i < tlen;) {
@@ -294,7 +298,10 @@ int session_discover(struct session *s, int json)
 		char line[1100];
 		snprintf(line, sizeof(line), "%.*s", (int)(l > 1024 ? 1024 : l), kvp);
 		if (!strncmp(line, "TargetName=", 11)) {
-			if (json) {
+			if (first && !count)
+				snprintf(first, firstlen, "%s", line + 11);
+			if (!print) {
+			} else if (json) {
 				printf("%s{\"name\": ", count ? "]}, " : "");
 				json_puts(stdout, line + 11);
 				printf(", \"addresses\": [");
@@ -303,7 +310,7 @@ int session_discover(struct session *s, int json)
 			}
 			naddr = 0;
 			count++;
-		} else if (!strncmp(line, "TargetAddress=", 14) && count) {
+		} else if (!strncmp(line, "TargetAddress=", 14) && count && print) {
 			if (json) {
 				printf("%s", naddr++ ? ", " : "");
 				json_puts(stdout, line + 14);
@@ -315,7 +322,7 @@ int session_discover(struct session *s, int json)
 	}
 	if (json)
 		printf("%s]}\n", count ? "]}" : "");
-	if (!json)
+	if (!json && print)
 		fprintf(stderr, "discovery: %d target%s at %s\n", count, count == 1 ? "" : "s",
 			c->peer);
 	free(text);

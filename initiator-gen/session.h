@@ -25,8 +25,9 @@ int session_open(struct session *s, const struct gen_opts *o, unsigned idx, int 
 		 int verbose);
 /* READ CAPACITY(16) (retrying past UNIT ATTENTION); fills block_size and lun_blocks. */
 int session_read_capacity(struct session *s);
-/* SendTargets=All; prints "TargetName ... TargetAddress ..." lines (or JSON) to stdout. */
-int session_discover(struct session *s, int json);
+/* SendTargets=All; prints "TargetName ... TargetAddress ..." lines (or JSON) to stdout unless
+ * print is 0. The first target's name goes to first (when not NULL). */
+int session_discover(struct session *s, int json, int print, char *first, size_t firstlen);
 /* Logout (best effort, bounded by the timeout) and close. */
 void session_close(struct session *s);
 

@@ -2,8 +2,11 @@
 # istrace-gen benchmark: istrace gen vs libiscsi's iscsi-perf vs the plain-TCP socket baseline,
 # on one testbed (tgtd in a namespace pair), same block size and queue depth, interleaved runs.
 #
-#   sudo initiator-gen/bench/bench.sh [-r REPEATS] [-t SECONDS] [-c "SIZE:QD ..."]
+#   sudo initiator-gen/bench/bench.sh [-r REPEATS] [-t SECONDS] [-c "SIZE:QD ..."] [-T]
 #
+# -T tunes the target for big commands (tgtd MaxBurstLength and MaxRecvDataSegmentLength
+# 16776192, istrace gen --mrdsl 16776192) so a 4 MiB READ travels as one Data-In PDU;
+# iscsi-perf negotiates its own (smaller) values either way.
 # Prints one row per case with the median MB/s (10^6 bytes/s) of each tool, the ratios
 # gen/iscsi-perf and gen/socket, and the spread (max-min)/median of each tool's repeats, so the
 # noise of a shared machine is visible. Not a test: it asserts nothing; docs/gen.md has figures.
@@ -12,16 +15,20 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 GEN=$ROOT/initiator-gen/istrace-gen
 NAME=gbnch            # testbed name (its tgtd control port stays below 32767)
-PORT=5299             # socket baseline port on the target side
+PORT=5299             # socket baseline port on the target side (from memory)
+FPORT=5300            # socket baseline that reads the LUN file, as tgtd does
 REPEATS=3
 SECS=4
 CASES="4M:1 4M:4 64k:8 4k:8"
-while getopts "r:t:c:h" opt; do
+TUNE=0
+GEN_EXTRA=()
+while getopts "r:t:c:Th" opt; do
   case $opt in
     r) REPEATS=$OPTARG ;;
     t) SECS=$OPTARG ;;
     c) CASES=$OPTARG ;;
-    *) sed -n '2,9p' "$0"; exit 2 ;;
+    T) TUNE=1; GEN_EXTRA=(--mrdsl 16776192) ;;
+    *) sed -n '2,13p' "$0"; exit 2 ;;
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (network namespaces)" >&2; exit 2; }
@@ -36,9 +43,10 @@ PORTAL=$TGT_IP:3260
 IQN=iqn.2026-11.org.istrace:$NAME
 RAW=$(mktemp /tmp/istrace-bench.XXXXXX)
 SRV_PID=
+FSRV_PID=
 
 cleanup() {
-  [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null && wait "$SRV_PID" 2>/dev/null
+  for p in $SRV_PID $FSRV_PID; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   "${ISTRACE[@]}" testbed down --name "$NAME" >/dev/null 2>&1 || true
   rm -f "$RAW"
 }
@@ -48,6 +56,17 @@ echo "bench: testbed $NAME up (256 MiB LUN) ..." >&2
 "${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb 256 >/dev/null
 "${TGT[@]}" "$GEN" --serve "$TGT_IP:$PORT" 2>/dev/null &
 SRV_PID=$!
+"${TGT[@]}" "$GEN" --serve "$TGT_IP:$FPORT" --serve-file "/run/istrace/$NAME/lun1.img" \
+  2>/dev/null &
+FSRV_PID=$!
+if [ "$TUNE" = 1 ]; then
+  port=$(PYTHONPATH="$ROOT/scripts" python3 -c \
+    "from istrace_cli import testbed_state as s; print(s.load('$NAME')['control_port'])")
+  for key in MaxBurstLength MaxRecvDataSegmentLength; do
+    tgtadm -C "$port" --lld iscsi --op update --mode target --tid 1 --name "$key" \
+      --value 16776192
+  done
+fi
 sleep 0.5
 
 bytes_of() {  # 4M -> 4194304
@@ -58,7 +77,7 @@ bytes_of() {  # 4M -> 4194304
 
 run_gen() {  # size qd -> MB/s
   "${INI[@]}" "$GEN" --portal "$PORTAL" --target "$IQN" --size "$1" --queue-depth "$2" \
-    --time "$SECS" --json --quiet 2>/dev/null | jq -r .mb_s
+    --time "$SECS" --json --quiet "${GEN_EXTRA[@]}" 2>/dev/null | jq -r .mb_s
 }
 run_perf() {  # size qd -> MB/s (from its average IOPS x transfer size)
   local bytes blocks iops
@@ -67,8 +86,9 @@ run_perf() {  # size qd -> MB/s (from its average IOPS x transfer size)
     "iscsi://$PORTAL/$IQN/1" | tr '\r' '\n' | sed -n 's/^iops average \([0-9]*\).*/\1/p' | tail -1)
   awk -v i="${iops:-0}" -v b="$bytes" 'BEGIN { printf "%.3f\n", i * b / 1e6 }'
 }
-run_sock() {  # size qd [--stream] -> MB/s
-  "${INI[@]}" "$GEN" --socket "$TGT_IP:$PORT" --size "$1" --queue-depth "$2" --time "$SECS" \
+run_sock() {  # port size qd [--stream] -> MB/s
+  local port=$1; shift
+  "${INI[@]}" "$GEN" --socket "$TGT_IP:$port" --size "$1" --queue-depth "$2" --time "$SECS" \
     --json --quiet ${3:-} 2>/dev/null | jq -r .mb_s
 }
 
@@ -79,13 +99,17 @@ for rep in $(seq 1 "$REPEATS"); do
     # interleaved, so a burst of load from other users hits every tool alike
     printf '%s\t%s\tgen\t%s\n' "$size" "$qd" "$(run_gen "$size" "$qd")" >>"$RAW"
     printf '%s\t%s\tperf\t%s\n' "$size" "$qd" "$(run_perf "$size" "$qd")" >>"$RAW"
-    printf '%s\t%s\tsock\t%s\n' "$size" "$qd" "$(run_sock "$size" "$qd")" >>"$RAW"
-    printf '%s\t%s\tstream\t%s\n' "$size" "$qd" "$(run_sock "$size" "$qd" --stream)" >>"$RAW"
+    printf '%s\t%s\tsock\t%s\n' "$size" "$qd" "$(run_sock $PORT "$size" "$qd")" >>"$RAW"
+    printf '%s\t%s\tfsock\t%s\n' "$size" "$qd" "$(run_sock $FPORT "$size" "$qd")" >>"$RAW"
+    printf '%s\t%s\tstream\t%s\n' "$size" "$qd" \
+      "$(run_sock $PORT "$size" "$qd" --stream)" >>"$RAW"
   done
 done
 
 echo
 echo "istrace-gen benchmark: median of $REPEATS runs of ${SECS}s each, MB/s = 10^6 bytes/s;"
+echo "target tuned for big PDUs (-T): $([ "$TUNE" = 1 ] && echo yes || echo no);" \
+  "socket = from memory, sock-file = server preads the LUN file like tgtd"
 echo "spread = (max-min)/median of the repeats; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk -F'\t' -v cases="$CASES" '
   function median(key,   n, i, j, t, a) {
@@ -97,15 +121,16 @@ awk -F'\t' -v cases="$CASES" '
   function spread(key, m) { return m > 0 ? 100 * (hi[key] - lo[key]) / m : 0 }
   { k = $1 SUBSEP $2 SUBSEP $3; vals[k] = vals[k] " " $4 }
   END {
-    printf "%-6s %3s  %9s %9s %9s %9s  %9s %9s  %s\n", "size", "qd", "gen", "iscsi-perf",
-      "socket", "stream", "gen/perf", "gen/sock", "spread gen/perf/sock %"
+    printf "%-6s %3s  %8s %10s %8s %9s %8s  %8s %8s  %s\n", "size", "qd", "gen", "iscsi-perf",
+      "socket", "sock-file", "stream", "gen/perf", "gen/sock", "spread gen/perf/sock %"
     n = split(cases, cs, " ")
     for (i = 1; i <= n; i++) {
       split(cs[i], p, ":"); s = p[1]; q = p[2]
       g = median(s SUBSEP q SUBSEP "gen"); f = median(s SUBSEP q SUBSEP "perf")
       k = median(s SUBSEP q SUBSEP "sock"); st = median(s SUBSEP q SUBSEP "stream")
-      printf "%-6s %3s  %9.1f %9.1f %9.1f %9.1f  %8.2fx %8.0f%%  %.0f/%.0f/%.0f\n", s, q, g, f,
-        k, st, (f > 0 ? g / f : 0), (k > 0 ? 100 * g / k : 0), spread(s SUBSEP q SUBSEP "gen", g),
+      fk = median(s SUBSEP q SUBSEP "fsock")
+      printf "%-6s %3s  %8.1f %10.1f %8.1f %9.1f %8.1f  %7.2fx %7.0f%%  %.0f/%.0f/%.0f\n", s, q,
+        g, f, k, fk, st, (f > 0 ? g / f : 0), (k > 0 ? 100 * g / k : 0), spread(s SUBSEP q SUBSEP "gen", g),
         spread(s SUBSEP q SUBSEP "perf", f), spread(s SUBSEP q SUBSEP "sock", k)
     }
   }' "$RAW"

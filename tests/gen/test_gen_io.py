@@ -176,3 +176,10 @@ def test_socket_baseline(tb: Bed) -> None:
                       capture_output=True, timeout=30)
     assert proc.returncode == 3 and "refused" in proc.stderr
     assert time.monotonic() - t < 5
+
+
+def test_default_target_from_discovery(tb: Bed) -> None:
+    r = run_gen(tb, "--size", "8k", "--count", "3", "--verify", target=False)
+    s = ok(r)
+    assert s["commands"] == 3
+    assert f"target: {tb.iqn}" in r.stderr
