@@ -145,7 +145,8 @@ class Testbed:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.state = {"name": self.cfg.name, "config": asdict(self.cfg), "netns": [],
                       "root_links": [], "pids": [], "files": [], "created": time.time(),
-                      "owner_pid": os.getpid()}
+                      "owner_pid": os.getpid(),
+                      "owner_start": testbed_state.proc_start(os.getpid())}
         self._owner = True
         testbed_state.save(self.state)
         try:
@@ -166,8 +167,20 @@ class Testbed:
         if problems:
             raise TestbedError("; ".join(problems))
 
+    @property
+    def tgtd_pid(self) -> int | None:
+        state = testbed_state.load(self.cfg.name) or self.state
+        pids = [int(p["pid"]) for p in state.get("pids", []) if p.get("what") == "tgtd"]
+        return pids[0] if pids else None
+
     def _clear_leftovers(self) -> None:
         old = testbed_state.load(self.cfg.name)
+        owner, start = (old or {}).get("owner_pid"), (old or {}).get("owner_start")
+        if owner and owner != os.getpid() and start is not None \
+                and testbed_state.proc_start(int(owner)) == start:
+            raise TestbedError(f"testbed {self.cfg.name!r} is in use by live process {owner}; "
+                               f"pick another name or `istrace testbed down --name "
+                               f"{self.cfg.name}`")
         if old is not None:
             print(f"testbed {self.cfg.name}: clearing the leftovers of an earlier run",
                   file=sys.stderr)
@@ -393,6 +406,21 @@ def _status(name: str | None) -> int:
     return rc
 
 
+def _down(name: str) -> int:
+    state = testbed_state.load(name)
+    if state is None:  # no record: still clear namespaces that follow our naming
+        leftovers = [ns for ns in (f"ist-{name}-{s}" for s in "itm") if netns.ns_exists(ns)]
+        if not leftovers:
+            print(f"testbed {name}: not up")
+            return 0
+        state = {"name": name, "netns": leftovers}
+    problems = testbed_state.teardown(state)
+    for p in problems:
+        print(f"testbed down: {p}", file=sys.stderr)
+    print(f"testbed {name}: down" if not problems else f"testbed {name}: partly down")
+    return 1 if problems else 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="istrace testbed", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="action", required=True)
@@ -400,6 +428,7 @@ def main(argv: list[str]) -> int:
     add_path_args(up)
     down = sub.add_parser("down", help="remove a testbed (also after a crash)")
     down.add_argument("--name", default="ist")
+    down.add_argument("--all", action="store_true", help="every testbed in the run directory")
     st = sub.add_parser("status", help="show testbeds")
     st.add_argument("--name", default=None)
     a = ap.parse_args(argv)
@@ -408,20 +437,12 @@ def main(argv: list[str]) -> int:
         return 2
     if a.action == "status":
         return _status(a.name)
+    if a.action == "down" and a.all:
+        names = sorted(p.name for p in testbed_state.RUN_ROOT.glob("*") if
+                       (p / "state.json").exists())
+        return max([_down(n) for n in names], default=0)
     if a.action == "down":
-        state = testbed_state.load(a.name)
-        if state is None:
-            leftovers = [ns for ns in (f"ist-{a.name}-{s}" for s in "itm")
-                         if netns.ns_exists(ns)]
-            if not leftovers:
-                print(f"testbed {a.name}: not up")
-                return 0
-            state = {"name": a.name, "netns": leftovers}
-        problems = testbed_state.teardown(state)
-        for p in problems:
-            print(f"testbed down: {p}", file=sys.stderr)
-        print(f"testbed {a.name}: down" if not problems else f"testbed {a.name}: partly down")
-        return 1 if problems else 0
+        return _down(a.name)
     try:
         cfg = config_from_args(a)
         tb = Testbed(cfg)
