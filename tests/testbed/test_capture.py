@@ -118,3 +118,35 @@ def test_real_hosts_code_path_over_an_ssh_shim(istrace, tmp_path):
     assert "iops average" in (out / "workload.stdout").read_text()
     assert not any((tmp_path / "remote-work").iterdir())  # remote files cleaned after fetch
     assert leftovers("tbssh") == []
+
+
+def test_ctrl_c_mid_capture_stops_in_order(tmp_path):
+    out = tmp_path / "int"
+    argv, env = istrace_argv("capture", "--name", "tbint", "--no-probes", "--lun-mb", "4",
+                             "--workload", "iscsi-perf -t 60 $ISTRACE_LUN_URL",
+                             "--out", str(out))
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ((out / "workload.stdout").exists()
+                   and (out / "workload.stdout").stat().st_size):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C delivers
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["status"] == "interrupted"
+    for role in ("initiator", "target"):
+        cap = meta["captures"][role]
+        assert cap["dropped_by_kernel"] == 0 and cap["packets_captured"] > 100
+        t = subprocess.run(["tcpdump", "-r", str(out / cap["file"]), "-q"],
+                           capture_output=True, text=True, timeout=60)
+        assert t.returncode == 0 and "truncated" not in t.stderr, t.stderr
+    assert leftovers("tbint") == []

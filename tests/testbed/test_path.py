@@ -12,6 +12,7 @@ import time
 
 import pytest
 from istrace_cli.testbed import Testbed, TestbedConfig
+from istrace_cli.testbed_path import rt_prefix
 from tb_helpers import leftovers
 
 
@@ -23,7 +24,7 @@ def load_note():
 def ping_rtts(tb, count, interval="0.02"):
     """ping at real-time priority (as the forwarder): the path is measured, not how long a
     busy machine keeps the ping process waiting for a CPU."""
-    r = tb.run_ini(["chrt", "-f", "20", "ping", "-n", "-c", str(count), "-i", interval, tb.tgt_ip],
+    r = tb.run_ini([*rt_prefix(), "ping", "-n", "-c", str(count), "-i", interval, tb.tgt_ip],
                    capture_output=True, timeout=60)
     return [float(x) for x in re.findall(r"time=([0-9.]+)", r.stdout)]
 
