@@ -692,11 +692,14 @@ static void on_pdu(void *ctx, const struct pdu_rec *p)
 	}
 }
 
-static int is_rw(uint8_t op)
+/* 1: a READ(6/10/12/16), 2: a WRITE(6/10/12/16), 0: anything else. */
+static int rw_kind(uint8_t op)
 {
 	switch (op) {
-	case 0x08: case 0x0a: case 0x28: case 0x2a: case 0xa8: case 0xaa: case 0x88: case 0x8a:
+	case 0x08: case 0x28: case 0xa8: case 0x88:
 		return 1;
+	case 0x0a: case 0x2a: case 0xaa: case 0x8a:
+		return 2;
 	default:
 		return 0;
 	}
@@ -711,18 +714,14 @@ static void on_cmd(void *ctx, const struct cmd_rec *c)
 		o->out_max = c->outstanding;
 	if (c->has_status)
 		o->status_count[c->status]++;
-	int read = !strcmp(c->direction, "read"), write = !strcmp(c->direction, "write");
-	if (is_rw(c->ci.opcode)) {
-		uint64_t sz = c->edtl ? c->edtl : c->ci.bytes;
-		size_add(read ? &o->rsz : &o->wsz, sz);
-	}
+	int kind = rw_kind(c->ci.opcode);
+	if (kind)
+		size_add(kind == 1 ? &o->rsz : &o->wsz, c->edtl);
 	if (c->complete) {
 		int64_t rt = c->resp_ts - c->issue_ts;
 		v_add(&o->rt_all, rt);
-		if (is_rw(c->ci.opcode) && read)
-			v_add(&o->rt_read, rt);
-		if (is_rw(c->ci.opcode) && write)
-			v_add(&o->rt_write, rt);
+		if (kind)
+			v_add(kind == 1 ? &o->rt_read : &o->rt_write, rt);
 	} else {
 		o->n_open++;
 	}
