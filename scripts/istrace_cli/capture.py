@@ -135,7 +135,7 @@ class Session:
         a = self.a
         for h in self.hosts:
             pcap = h.path(f"{h.role}.pcap")
-            argv = ["tcpdump", "-i", h.iface, "-B", str(BUFFER_KIB), "-s", str(a.snaplen),
+            argv = ["tcpdump", "-i", h.iface, "-B", str(a.buffer_kib), "-s", str(a.snaplen),
                     "-n", "-Z", "root", "-w", pcap]
             cmd = h.background(f"tcpdump-{h.role}", shlex.join(argv))
             if a.filter:
@@ -154,7 +154,7 @@ class Session:
                     raise CaptureError(f"tcpdump on the {role} did not start: "
                                        f"{log.read_text(errors='replace').strip()[-300:]}")
                 time.sleep(0.05)
-        _log(f"tcpdump running on both ends (-B {BUFFER_KIB} KiB)")
+        _log(f"tcpdump running on both ends (-B {a.buffer_kib} KiB)")
 
     def start_probes(self, gen_used: bool) -> None:
         status: dict[str, Any] = {}
@@ -305,7 +305,7 @@ class Session:
             total += drops
             pcap = self.out / name
             caps[h.role] = {"file": name, "iface": h.iface, "snaplen": self.a.snaplen,
-                            "buffer_kib": BUFFER_KIB, "filter": self.a.filter or None,
+                            "buffer_kib": self.a.buffer_kib, "filter": self.a.filter or None,
                             "bytes": pcap.stat().st_size if pcap.exists() else 0,
                             "fetched": fetched, **counts,
                             "counts_known": counts["dropped_by_kernel"] is not None}
@@ -317,6 +317,10 @@ class Session:
         self.meta["captures"] = caps
         self.meta["drops_total"] = total
         self.meta["complete"] = total == 0 and all(c["counts_known"] for c in caps.values())
+        if total:
+            self.meta.setdefault("warnings", []).append(
+                f"capture lost {total} packets (tcpdump kernel drops): timings and throughput "
+                "decoded from it are incomplete")
         if self.tb is not None and self.tb.emulator == "dummynet":
             stats = self.tb.run_dir / "dummynet.json"
             if stats.exists():
@@ -366,6 +370,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--out", required=True, help="capture directory")
     ap.add_argument("--snaplen", type=int, default=0, help="bytes per packet (0 = all)")
     ap.add_argument("--filter", default="", help="pcap filter (default: everything)")
+    ap.add_argument("--buffer-kib", type=int, default=BUFFER_KIB,
+                    help=f"tcpdump -B, KiB (default {BUFFER_KIB}; smaller ones drop packets)")
     ap.add_argument("--timeout", type=float, default=3600, help="workload time limit, s")
     ap.add_argument("--settle", type=float, default=0.5,
                     help="seconds to keep capturing after the workload ends")
@@ -385,6 +391,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a = ap.parse_args(argv)
     if a.snaplen < 0:
         ap.error("--snaplen must be >= 0")
+    if a.buffer_kib < 1:
+        ap.error("--buffer-kib must be >= 1")
     return a
 
 

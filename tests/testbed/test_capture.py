@@ -150,3 +150,19 @@ def test_ctrl_c_mid_capture_stops_in_order(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert t.returncode == 0 and "truncated" not in t.stderr, t.stderr
     assert leftovers("tbint") == []
+
+
+def test_lost_packets_are_reported_loudly(istrace, tmp_path):
+    """A tiny capture buffer on a bulk read must drop, and the capture must say so."""
+    out = tmp_path / "drop"
+    r = istrace("capture", "--name", "tbdrp", "--no-probes", "--buffer-kib", "16",
+                "--lun-mb", "64", "--workload",
+                "iscsi-perf -t 2 -b 2048 -m 8 $ISTRACE_LUN_URL", "--out", str(out),
+                timeout=120)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["drops_total"] > 0 and meta["complete"] is False
+    assert meta["drops_total"] == sum(c["dropped_by_kernel"] for c in meta["captures"].values())
+    assert "LOST" in r.stderr and "WARNING" in r.stderr
+    assert any("lost" in w for w in meta["warnings"])
+    assert leftovers("tbdrp") == []
