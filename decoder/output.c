@@ -585,7 +585,7 @@ static void text_pdu(struct out *o, const struct pdu_rec *p)
 				 (unsigned long long)c->bytes);
 			wstr(w, t);
 		} else if (c->has_bytes) {
-			snprintf(t, sizeof t, " alloc=%llu B", (unsigned long long)c->bytes);
+			snprintf(t, sizeof t, " xfer=%llu B", (unsigned long long)c->bytes);
 			wstr(w, t);
 		}
 		if (c->extra[0]) { wch(w, ' '); wstr(w, c->extra); }

@@ -68,7 +68,7 @@ def test_live_tcpdump_pipe() -> None:
         assert proc.returncode == 0, err
         assert "InitiatorName=iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-inq" in text
         rc16 = [x for x in lines if "READ CAPACITY(16)" in x]
-        assert len(rc16) == 1 and "alloc=32 B" in rc16[0]
+        assert len(rc16) == 1 and "xfer=32 B" in rc16[0]
         # Every command got its response, and it is tied to it.
         ncmd = sum(" SCSI Command " in x for x in lines)
         nresp = sum(" rt=" in x for x in lines)
