@@ -55,14 +55,27 @@ def testbed_config(name: str, **fields: Any) -> Any:
     return TestbedConfig(name=name, **known)
 
 
+# TCP congestion control in both namespaces. The studies ran loss-based TCP (Linux 2.4:
+# NewReno), so Reno is the default here; it is also always allowed inside a namespace, where
+# only net.ipv4.tcp_allowed_congestion_control may be chosen. A host may default to BBR, which
+# paces and does not back off on loss, and so hides the local-congestion effect. `--cc`.
+CONGESTION_CONTROL = ["reno"]
+
+
 @contextmanager
 def testbed(name: str, **fields: Any) -> Iterator[Testbed]:
     from istrace_cli.testbed import Testbed
 
     cfg = testbed_config(name, **fields)
+    cc = CONGESTION_CONTROL[0]
     settings = " ".join(f"{k}={v}" for k, v in fields.items())
-    print(f"reproduce: testbed {name} up ({settings})", file=sys.stderr, flush=True)
+    print(f"reproduce: testbed {name} up ({settings} cc={cc})", file=sys.stderr, flush=True)
     with Testbed(cfg) as tb:
+        for run in (tb.run_ini, tb.run_tgt):
+            r = run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"],
+                    capture_output=True)
+            if r.returncode != 0:
+                raise ReproError(f"congestion control {cc!r}: {r.stderr.strip()}")
         yield tb
 
 

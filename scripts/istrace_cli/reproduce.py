@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from istrace_cli import repro_delay, repro_parallel, repro_sessions, repro_window
+from istrace_cli import repro_delay, repro_parallel, repro_run, repro_sessions, repro_window
 
 # name -> (run(out, quick, time_s) -> rc, finish(out) -> rc, what it reproduces)
 EXPERIMENTS: dict[str, tuple[Callable[..., int], Callable[[Path], int], str]] = {
@@ -42,7 +43,21 @@ def _parser() -> argparse.ArgumentParser:
                     help="seconds per measured point (default: 2 quick, 3-4 full)")
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw figure and table from an existing CSV, measure nothing")
+    ap.add_argument("--cc", default="reno",
+                    help="TCP congestion control in the testbed namespaces (default reno, the "
+                    "studies' loss-based TCP; must be in tcp_allowed_congestion_control)")
     return ap
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_cleanly() -> None:
+    """SIGTERM (and SIGINT even when started in the background, where the shell ignores it)
+    end the run like Ctrl-C: the testbed comes down and the CSV keeps every finished point."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
 
 
 def main(argv: list[str]) -> int:
@@ -55,6 +70,12 @@ def main(argv: list[str]) -> int:
         print("istrace reproduce: must run as root (it builds network namespaces)",
               file=sys.stderr)
         return 2
+    if not a.plot_only:
+        if not all(c.isalnum() or c == "_" for c in a.cc):
+            print(f"istrace reproduce: bad --cc {a.cc!r}", file=sys.stderr)
+            return 2
+        repro_run.CONGESTION_CONTROL[0] = a.cc
+        _stop_cleanly()
     rc = 0
     for name in names:
         run, finish, _ = EXPERIMENTS[name]
