@@ -7,6 +7,7 @@ order; `segments()` cuts them into TCP segments; each hard case then bends the s
 
 from __future__ import annotations
 
+import random
 import struct
 from dataclasses import dataclass, field
 
@@ -178,3 +179,115 @@ BASIC_COMMANDS: dict[int, dict[str, object]] = {
     5: {"cdb_opcode": 0x88, "lba": 1 << 33, "status": 2, "sense_key": 5, "asc": 0x21,
         "residual_kind": "under", "residual": 16 * BLOCK},
 }
+
+
+def random_conversation(rng: random.Random, digests: bool = False) -> Conversation:
+    """A random but well-formed session: reads (Data-In split by MaxRecvDataSegmentLength,
+    status collapsed or separate), writes (immediate data, then R2Ts and Data-Out split by the
+    target's MRDSL), TURs and INQUIRYs, with consistent CmdSN/StatSN. 512-byte blocks."""
+    c = Conversation()
+    dg = pw.Digests(digests, digests)
+    c.digests = dg
+    hd = "ok" if digests else ""
+    mrdsl_t2i = rng.choice([512, 1024, 4096, 8192])
+    mrdsl_i2t = rng.choice([512, 2048, 8192])
+    first_burst = rng.choice([0, 1024, 4096])
+    v = "CRC32C" if digests else "None"
+    c.add("i2t", pw.login_req([("HeaderDigest", v), ("DataDigest", v),
+                               ("MaxRecvDataSegmentLength", str(mrdsl_t2i))]),
+          opcode=0x03)
+    c.add("t2i", pw.login_rsp([("HeaderDigest", v), ("DataDigest", v),
+                               ("MaxRecvDataSegmentLength", str(mrdsl_i2t)),
+                               ("FirstBurstLength", str(max(first_burst, 512))),
+                               ("ImmediateData", "Yes" if first_burst else "No")]),
+          opcode=0x23)
+    cmdsn, statsn = 1, 1
+    for k in range(rng.randint(3, 25)):
+        itt = 0x1000 + k
+        kind = rng.choice(["read", "read", "write", "tur", "inq"])
+        if kind == "read":
+            blocks = rng.randint(1, 40)
+            lba = rng.randrange(1 << 20)
+            n = blocks * 512
+            cdb = pw.cdb_read16(lba, blocks) if rng.random() < 0.5 else pw.cdb_read10(lba, blocks)
+            c.add("i2t", pw.scsi_cmd(itt, cdb, edtl=n, cmdsn=cmdsn, expstatsn=statsn, read=True,
+                                     digests=dg),
+                  opcode=1, itt=itt, cmdsn=cmdsn, expstatsn=statsn, lba=lba, xfer_blocks=blocks,
+                  xfer_bytes=n, edtl=n, hdigest=hd, cdb_opcode=cdb[0])
+            collapse = rng.random() < 0.5
+            offs = list(range(0, n, mrdsl_t2i))
+            for sn, off in enumerate(offs):
+                last = off == offs[-1]
+                data = pattern(lba * 512 + off, min(mrdsl_t2i, n - off))
+                st = 0 if last and collapse else None
+                c.add("t2i", pw.data_in(itt, data, offset=off, datasn=sn, final=last, status=st,
+                                        statsn=statsn, digests=dg),
+                      opcode=0x25, itt=itt, datasn=sn, buffer_offset=off, dsl=len(data),
+                      hdigest=hd, ddigest=hd, **({"statsn": statsn, "status": 0}
+                                                 if st is not None else {}))
+            if not collapse:
+                c.add("t2i", pw.scsi_rsp(itt, statsn=statsn, digests=dg), opcode=0x21, itt=itt,
+                      statsn=statsn, status=0, hdigest=hd)
+        elif kind == "write":
+            blocks = rng.randint(1, 24)
+            lba = rng.randrange(1 << 20)
+            n = blocks * 512
+            imm = pattern(0, min(n, first_burst, mrdsl_i2t)) if first_burst else b""
+            c.add("i2t", pw.scsi_cmd(itt, pw.cdb_write10(lba, blocks), edtl=n, cmdsn=cmdsn,
+                                     expstatsn=statsn, write=True, immediate_data=imm,
+                                     digests=dg),
+                  opcode=1, itt=itt, cmdsn=cmdsn, lba=lba, xfer_blocks=blocks, dsl=len(imm),
+                  hdigest=hd, ddigest=hd if imm else "")
+            off, r2tsn = len(imm), 0
+            while off < n:
+                want = min(n - off, rng.choice([1024, 4096, 16384]))
+                ttt = 0x500 + r2tsn
+                c.add("t2i", pw.r2t(itt, ttt=ttt, offset=off, desired=want, r2tsn=r2tsn,
+                                    statsn=statsn, digests=dg),
+                      opcode=0x31, itt=itt, ttt=ttt, buffer_offset=off, desired_len=want,
+                      r2tsn=r2tsn, hdigest=hd)
+                for sn, o in enumerate(range(off, off + want, mrdsl_i2t)):
+                    data = pattern(o, min(mrdsl_i2t, off + want - o))
+                    last = o + len(data) == off + want
+                    c.add("i2t", pw.data_out(itt, data, ttt=ttt, offset=o, datasn=sn,
+                                             final=last, expstatsn=statsn, digests=dg),
+                          opcode=0x05, itt=itt, ttt=ttt, buffer_offset=o, datasn=sn,
+                          dsl=len(data), final=int(last), hdigest=hd, ddigest=hd)
+                off += want
+                r2tsn += 1
+            c.add("t2i", pw.scsi_rsp(itt, statsn=statsn, digests=dg), opcode=0x21, itt=itt,
+                  statsn=statsn, status=0)
+        else:
+            cdb = pw.cdb_tur() if kind == "tur" else pw.cdb_inquiry(96)
+            c.add("i2t", pw.scsi_cmd(itt, cdb, edtl=0 if kind == "tur" else 96, cmdsn=cmdsn,
+                                     expstatsn=statsn, read=kind == "inq", digests=dg),
+                  opcode=1, itt=itt, cmdsn=cmdsn, cdb_opcode=cdb[0], hdigest=hd)
+            key = rng.choice([0, 2, 5, 6])
+            sense = pw.fixed_sense(key, 0x24, 0) if key else b""
+            c.add("t2i", pw.scsi_rsp(itt, status=2 if key else 0, statsn=statsn, sense=sense,
+                                     digests=dg),
+                  opcode=0x21, itt=itt, statsn=statsn, status=2 if key else 0,
+                  **({"sense_key": key, "asc": 0x24, "ascq": 0} if key else {}),
+                  ddigest=hd if key else "")
+        cmdsn += 1
+        statsn += 1
+    return c
+
+
+def random_segments(c: Conversation, rng: random.Random) -> list[pw.Segment]:
+    """Runs of same-direction PDUs as one byte stream, cut at random sizes (1..3000)."""
+    c.assign_seqs()
+    segs = c.flow.handshake()
+    run: list[Pdu] = []
+    for p in [*c.pdus, None]:
+        if run and (p is None or p.dir != run[0].dir):
+            data = b"".join(x.data for x in run)
+            off = 0
+            while off < len(data):
+                n = rng.choice([1, 7, 48, 100, 1448, 1448, 2000, 3000])
+                segs += c.flow.send(run[0].dir, data[off:off + n], seg=1 << 20)
+                off += n
+            run = []
+        if p is not None:
+            run.append(p)
+    return segs + c.flow.fin()
