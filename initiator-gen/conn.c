@@ -17,6 +17,9 @@
 
 #include "crc32c.h"
 
+#define RX_CAP (16u << 10)   /* read-ahead buffer */
+#define RX_DIRECT (8u << 10) /* remainders this big are received in place */
+
 int split_hostport(const char *spec, char *host, size_t hostlen, int *port, int dflt_port)
 {
 	const char *p;
@@ -120,9 +123,11 @@ int conn_open(struct conn *c, const char *hostport, int dflt_port, double timeou
 			strerror(last_errno));
 		return -1;
 	}
+	c->timeout_s = timeout_s;
 	c->scratch_len = 1 << 16;
 	c->scratch = malloc(c->scratch_len);
-	if (!c->scratch) {
+	c->rx = malloc(RX_CAP);
+	if (!c->scratch || !c->rx) {
 		err_set(&c->err, EXIT_INTERNAL, "out of memory");
 		return -1;
 	}
@@ -136,6 +141,8 @@ void conn_close(struct conn *c)
 	c->fd = -1;
 	free(c->scratch);
 	c->scratch = NULL;
+	free(c->rx);
+	c->rx = NULL;
 }
 
 static int io_error(struct gen_err *e, int rc, const char *what, double timeout_s)
@@ -184,14 +191,31 @@ int io_recv_all(int fd, void *buf, size_t len, struct gen_err *e, double timeout
 	return 0;
 }
 
-/* The socket timeout is what io_recv_all reports; read it back for the message. */
-static double sock_timeout(int fd)
+/* n bytes from the connection: first what the read-ahead holds, then big remainders straight
+ * into dst (no extra copy), small ones through one recv() that may bring the next PDUs too. */
+static int conn_read(struct conn *c, void *dst, size_t n)
 {
-	struct timeval tv;
-	socklen_t l = sizeof(tv);
-	if (getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0)
-		return 0;
-	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+	unsigned char *d = dst;
+	for (;;) {
+		size_t have = c->rx_len - c->rx_off;
+		size_t take = have < n ? have : n;
+		memcpy(d, c->rx + c->rx_off, take);
+		c->rx_off += take;
+		d += take;
+		n -= take;
+		if (!n)
+			return 0;
+		if (n >= RX_DIRECT)
+			return io_recv_all(c->fd, d, n, &c->err, c->timeout_s);
+		ssize_t r;
+		do
+			r = recv(c->fd, c->rx, RX_CAP, 0);
+		while (r < 0 && errno == EINTR);
+		if (r <= 0)
+			return io_error(&c->err, (int)r, "receiving", c->timeout_s);
+		c->rx_off = 0;
+		c->rx_len = (size_t)r;
+	}
 }
 
 int conn_send_pdu(struct conn *c, const unsigned char bhs[BHS_LEN], const void *data,
@@ -232,7 +256,7 @@ int conn_send_pdu(struct conn *c, const unsigned char bhs[BHS_LEN], const void *
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			return io_error(&c->err, w < 0 ? -1 : 0, "sending a PDU", sock_timeout(c->fd));
+			return io_error(&c->err, w < 0 ? -1 : 0, "sending a PDU", c->timeout_s);
 		size_t left = (size_t)w;
 		while (left && mh.msg_iovlen) {
 			if (left >= mh.msg_iov->iov_len) {
@@ -251,21 +275,21 @@ int conn_send_pdu(struct conn *c, const unsigned char bhs[BHS_LEN], const void *
 
 int conn_recv_bhs(struct conn *c, struct bhs *h)
 {
-	if (io_recv_all(c->fd, h->raw, BHS_LEN, &c->err, sock_timeout(c->fd)) < 0)
+	if (conn_read(c, h->raw, BHS_LEN) < 0)
 		return -1;
 	uint32_t ahs = (uint32_t)h->raw[4] * 4;
 	uint32_t crc = 0;
 	if (c->hdigest)
 		crc = crc32c_update(0, h->raw, BHS_LEN);
 	if (ahs) { /* we never ask for AHS; skip it but keep it in the digest */
-		if (io_recv_all(c->fd, c->scratch, ahs, &c->err, sock_timeout(c->fd)) < 0)
+		if (conn_read(c, c->scratch, ahs) < 0)
 			return -1;
 		if (c->hdigest)
 			crc = crc32c_update(crc, c->scratch, ahs);
 	}
 	if (c->hdigest) {
 		unsigned char d[4];
-		if (io_recv_all(c->fd, d, 4, &c->err, sock_timeout(c->fd)) < 0)
+		if (conn_read(c, d, 4) < 0)
 			return -1;
 		if (get32le(d) != crc) {
 			err_set(&c->err, EXIT_PROTOCOL,
@@ -297,10 +321,10 @@ int conn_recv_data(struct conn *c, const struct bhs *h, void *dst)
 		}
 		dst = c->scratch;
 	}
-	if (io_recv_all(c->fd, dst, len, &c->err, sock_timeout(c->fd)) < 0)
+	if (conn_read(c, dst, len) < 0)
 		return -1;
 	uint32_t tl = p + (c->ddigest ? 4 : 0);
-	if (tl && io_recv_all(c->fd, tail, tl, &c->err, sock_timeout(c->fd)) < 0)
+	if (tl && conn_read(c, tail, tl) < 0)
 		return -1;
 	if (c->ddigest) {
 		uint32_t crc = crc32c_update(0, dst, len);

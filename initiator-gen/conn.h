@@ -15,6 +15,11 @@ struct conn {
 	unsigned char *scratch; /* for data segments that go nowhere in particular */
 	size_t scratch_len;
 	struct gen_err err;
+	double timeout_s;
+	/* small read-ahead: several small PDUs per recv(); big payloads still go straight into
+	 * the command's buffer */
+	unsigned char *rx;
+	size_t rx_off, rx_len;
 	char peer[300]; /* "addr:port" for messages */
 };
 
