@@ -69,6 +69,23 @@ def workload_env(portal: str, iqn: str, chap: tuple[str, str] | None) -> dict[st
             "ISTRACE_LUN_URL": f"iscsi://{auth}{portal}/{iqn}/1"}
 
 
+def remote_clock(h: Host) -> dict[str, Any]:
+    """The host's kernel and a rough clock reading bracketed by ours (ssh round trip = bound)."""
+    before = time.time_ns()
+    r = h.run("date +%s%N; uname -r; hostname")
+    after = time.time_ns()
+    lines = r.stdout.split()
+    info: dict[str, Any] = {"local_before_ns": before, "local_after_ns": after}
+    if r.returncode == 0 and len(lines) >= 3 and lines[0].isdigit():
+        remote = int(lines[0])
+        info.update(remote_ns=remote, kernel=lines[1], hostname=lines[2],
+                    offset_ns_estimate=remote - (before + after) // 2,
+                    bound_ns=(after - before) // 2)
+    else:
+        info["error"] = (r.stderr or r.stdout).strip()[:200]
+    return info
+
+
 class Session:
     """One capture: everything it started, so that any exit path stops it in order."""
 
@@ -109,6 +126,8 @@ class Session:
                                     "iqn": self.iqn, "ssh_cmd": a.ssh_cmd}
             for h in self.hosts:
                 h.prepare()
+            self.meta["clock"] = {"same_host_clock": False, "hosts": {
+                h.role: remote_clock(h) for h in self.hosts}}
             return
         state = testbed_state.load(a.name)
         if state is not None and state.get("ready"):
@@ -130,6 +149,9 @@ class Session:
                      if tb.cfg.chap_user and tb.cfg.chap_secret else None)
         self.hosts = [Host.netns("initiator", tb.ini_ns, self.out, tb.ini_dev),
                       Host.netns("target", tb.tgt_ns, self.out, tb.tgt_dev)]
+        self.meta["clock"] = {"same_host_clock": True,
+                              "note": "both ends are namespaces of one host: one CLOCK_REALTIME, "
+                                      "offset 0 exactly"}
 
     def start_tcpdumps(self) -> None:
         a = self.a

@@ -36,6 +36,7 @@ def test_capture_iscsi_perf(istrace, tmp_path):
                 "ended_ns", "path_stats"):
         assert meta.get(key) is not None, key
     assert meta["host"]["kernel"] == os.uname().release
+    assert meta["clock"]["same_host_clock"] is True
     neg = meta["negotiated"]
     if "connections" in neg:  # the decoder is built: negotiated keys from the login
         assert neg["connections"][0]["target_name"].endswith(":tbcap")
@@ -111,6 +112,8 @@ def test_real_hosts_code_path_over_an_ssh_shim(istrace, tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
     meta = json.loads((out / "meta.json").read_text())
     assert meta["testbed"]["mode"] == "ssh" and meta["status"] == "ok"
+    clk = meta["clock"]["hosts"]["target"]
+    assert clk["kernel"] == os.uname().release and abs(clk["offset_ns_estimate"]) < 1e9
     for role in ("initiator", "target"):
         cap = meta["captures"][role]
         assert cap["fetched"] and cap["dropped_by_kernel"] == 0
