@@ -462,11 +462,14 @@ static int run_iscsi(struct gen_opts *o)
 		}
 	}
 	char extra[1200];
-	uint64_t ua = 0;
-	for (unsigned i = 0; i < o->sessions; i++)
+	uint64_t ua = 0, nops = 0;
+	for (unsigned i = 0; i < o->sessions; i++) {
 		ua += ws[i].unit_attentions;
+		nops += ws[i].s.nop_pings;
+	}
 	negotiated_json(s0, r, extra, sizeof(extra) - 64);
-	snprintf(extra + strlen(extra), 64, ", \"unit_attentions\": %llu", (unsigned long long)ua);
+	snprintf(extra + strlen(extra), 64, ", \"unit_attentions\": %llu, \"nop_pings\": %llu",
+		 (unsigned long long)ua, (unsigned long long)nops);
 	stats_summary(st, o->json, "iscsi", code, msg, extra);
 	for (unsigned i = 0; i < o->sessions; i++)
 		worker_free(&ws[i]);

@@ -109,6 +109,7 @@ int session_unsolicited(struct session *s, const struct bhs *h)
 		put32(bhs + 20, h->ttt);
 		put32(bhs + 24, c->cmdsn);
 		put32(bhs + 28, c->expstatsn);
+		s->nop_pings++;
 		return conn_send_pdu(c, bhs, c->scratch, len);
 	}
 	if (h->opcode == OP_ASYNC) {

@@ -19,6 +19,7 @@ struct session {
 	uint64_t lun_blocks;
 	uint32_t next_itt;
 	int logged_in;
+	uint64_t nop_pings; /* NOP-In pings answered */
 };
 
 int session_open(struct session *s, const struct gen_opts *o, unsigned idx, int discovery,

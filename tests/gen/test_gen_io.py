@@ -183,3 +183,18 @@ def test_default_target_from_discovery(tb: Bed) -> None:
     s = ok(r)
     assert s["commands"] == 3
     assert f"target: {tb.iqn}" in r.stderr
+
+
+def test_answers_nop_in_pings(tb: Bed) -> None:
+    # tgtd pings every second and drops a connection with one unanswered ping
+    settings = (("nop_interval", "1", "0"), ("nop_count", "1", "0"))
+    for key, on, _ in settings:
+        tgtadm(tb, "--op", "update", "--mode", "target", "--tid", "1", "--name", key,
+               "--value", on)
+    try:
+        s = ok(run_gen(tb, "--size", "4k", "--queue-depth", "2", "--time", "3.5", "--quiet"))
+        assert s["nop_pings"] >= 2
+    finally:
+        for key, _, off in settings:
+            tgtadm(tb, "--op", "update", "--mode", "target", "--tid", "1", "--name", key,
+                   "--value", off)
