@@ -62,6 +62,7 @@ def stream_seed(c: dc.Conversation, chunk: int = 0) -> bytes:
 def main(out: Path) -> int:
     (out / "pcap").mkdir(parents=True, exist_ok=True)
     (out / "stream").mkdir(parents=True, exist_ok=True)
+    (out / "output").mkdir(parents=True, exist_ok=True)
     n = 0
     for digests in (False, True):
         c = small(digests)
@@ -88,7 +89,11 @@ def main(out: Path) -> int:
         for piece in (p.data[:k], p.data[k:2 * k], p.data[2 * k:]):
             segs += b.flow.send(p.dir, piece)
     (out / "pcap" / "basic-digests.pcap").write_bytes(pw.pcap_bytes(pw.packets_of(b.flow, segs)))
-    print(f"seeds: {n + 3} files in {out}")
+    # The output target: byte 0 picks the format (text, text -v, JSON, CSV+summary).
+    for f in sorted((out / "pcap").iterdir()):
+        for mode in range(4):
+            (out / "output" / f"{f.name}.{mode}").write_bytes(bytes([mode]) + f.read_bytes())
+    print(f"seeds: {n + 3} capture files in {out}/pcap, stream and output variants")
     return 0
 
 
