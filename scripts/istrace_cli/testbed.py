@@ -52,6 +52,7 @@ class TestbedConfig:
     nic_rate_mbit: float = 0.0           # each end's interface sends at most this (htb)
     lun_mb: int = 64
     lun2_mb: int = 0                     # optional second LUN (2), same pattern
+    targets: int = 1                     # more targets: IQN.t2, IQN.t3, ... each with a LUN 1
     chap_user: str | None = None
     chap_secret: str | None = None
     chap_mutual_user: str | None = None  # target's own credentials for mutual CHAP
@@ -82,6 +83,8 @@ class TestbedConfig:
             raise ValueError("queue lengths must be >= 0")
         if not 0 <= self.loss < 1:
             raise ValueError(f"loss {self.loss} must be a fraction in [0, 1)")
+        if not 1 <= self.targets <= 16:
+            raise ValueError(f"targets {self.targets}: 1..16")
         if self.lun_mb < 1 or self.lun2_mb < 0:
             raise ValueError("lun size must be >= 1 MiB")
         if (self.chap_user is None) != (self.chap_secret is None):
@@ -112,6 +115,10 @@ class Testbed:
         self.run_dir = testbed_state.run_dir(n)
         self.lun_path = str(self.run_dir / "lun1.img")
         self.lun2_path: str | None = str(self.run_dir / "lun2.img") if cfg.lun2_mb else None
+        # every target's IQN (tid k+1) and its LUN 1 file; the first is `iqn`/`lun_path`
+        self.iqns = [self.iqn] + [f"{self.iqn}.t{k}" for k in range(2, cfg.targets + 1)]
+        self.lun_paths = [self.lun_path] + [str(self.run_dir / f"lun1-t{k}.img")
+                                            for k in range(2, cfg.targets + 1)]
         self.control_port = 0
         self.emulator = "none"
         self.state: dict[str, Any] = {}
@@ -251,9 +258,10 @@ class Testbed:
     # ---- target -----------------------------------------------------------------------------
     def _make_target(self) -> None:
         cfg = self.cfg
-        self.state["files"].append(self.lun_path)
-        testbed_state.save(self.state)
-        pattern.fill(self.lun_path, cfg.lun_mb << 20)
+        for path in self.lun_paths:
+            self.state["files"].append(path)
+            testbed_state.save(self.state)
+            pattern.fill(path, cfg.lun_mb << 20)
         if self.lun2_path:
             self.state["files"].append(self.lun2_path)
             pattern.fill(self.lun2_path, cfg.lun2_mb << 20)
@@ -270,16 +278,19 @@ class Testbed:
         testbed_state.add_pid(self.state, proc.pid, "tgtd", hard=True)
         adm = testbed_tgt.Tgtadm(self.control_port)
         adm.wait_ready(proc)
-        adm.add_target(1, self.iqn)
-        adm.add_lun(1, 1, self.lun_path)
-        if self.lun2_path:
-            adm.add_lun(1, 2, self.lun2_path)
-        adm.allow_all(1)
+        tids = list(range(1, len(self.iqns) + 1))
+        for tid, iqn, path in zip(tids, self.iqns, self.lun_paths, strict=True):
+            adm.add_target(tid, iqn)
+            adm.add_lun(tid, 1, path)
+            if tid == 1 and self.lun2_path:
+                adm.add_lun(1, 2, self.lun2_path)
+            adm.allow_all(tid)
         if cfg.chap_user and cfg.chap_secret:
-            adm.chap(1, cfg.chap_user, cfg.chap_secret)
+            adm.chap(tids, cfg.chap_user, cfg.chap_secret)
             if cfg.chap_mutual_user and cfg.chap_mutual_secret:
-                adm.chap(1, cfg.chap_mutual_user, cfg.chap_mutual_secret, outgoing=True)
-        self.state.update(portal=self.portal, iqn=self.iqn, lun_path=self.lun_path)
+                adm.chap(tids, cfg.chap_mutual_user, cfg.chap_mutual_secret, outgoing=True)
+        self.state.update(portal=self.portal, iqn=self.iqn, lun_path=self.lun_path,
+                          iqns=self.iqns, lun_paths=self.lun_paths)
         testbed_state.save(self.state)
 
     # ---- running things inside -----------------------------------------------------------------
@@ -309,6 +320,7 @@ class Testbed:
                 "mid_ns": self.mid_ns, "ini_ip": self.ini_ip, "tgt_ip": self.tgt_ip,
                 "ini_dev": self.ini_dev, "tgt_dev": self.tgt_dev,
                 "portal": self.portal, "iqn": self.iqn, "lun_path": self.lun_path,
+                "iqns": self.iqns,
                 "lun_mb": self.cfg.lun_mb, "emulator": self.emulator,
                 "delay_i2t_ms": i2t, "delay_t2i_ms": t2i, "rate_mbit": self.cfg.rate_mbit,
                 "loss": self.cfg.loss, "queue": self.cfg.queue,
@@ -361,7 +373,8 @@ def add_path_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nic-rate", type=parse_rate, default=0.0,
                    help="each end's NIC sends at most this (its txqueuelen then overflows)")
     p.add_argument("--lun-mb", type=int, default=64)
-    p.add_argument("--lun2-mb", type=int, default=0)
+    p.add_argument("--lun2-mb", type=int, default=0, help="second LUN (2) on the first target")
+    p.add_argument("--targets", type=int, default=1, help="targets: IQN, IQN.t2, ... (1-16)")
     p.add_argument("--chap-user")
     p.add_argument("--chap-secret")
     p.add_argument("--chap-mutual-user")
@@ -374,8 +387,8 @@ def config_from_args(a: argparse.Namespace) -> TestbedConfig:
     return TestbedConfig(name=a.name, delay_ms=a.delay, delay_i2t_ms=a.delay_i2t,
                          delay_t2i_ms=a.delay_t2i, rate_mbit=a.rate, loss=a.loss,
                          queue=a.queue, txqueuelen=a.txqueuelen, nic_rate_mbit=a.nic_rate,
-                         lun_mb=a.lun_mb,
-                         lun2_mb=a.lun2_mb, chap_user=a.chap_user, chap_secret=a.chap_secret,
+                         lun_mb=a.lun_mb, lun2_mb=a.lun2_mb, targets=a.targets,
+                         chap_user=a.chap_user, chap_secret=a.chap_secret,
                          chap_mutual_user=a.chap_mutual_user,
                          chap_mutual_secret=a.chap_mutual_secret, emulator=a.emulator,
                          offloads=a.offloads)

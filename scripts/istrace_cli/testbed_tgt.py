@@ -86,8 +86,10 @@ class Tgtadm:
     def allow_all(self, tid: int) -> None:
         self("--op", "bind", "--mode", "target", "--tid", str(tid), "-I", "ALL")
 
-    def chap(self, tid: int, user: str, secret: str, outgoing: bool = False) -> None:
-        """One-way CHAP (target checks initiator); outgoing=True adds the mutual account."""
+    def chap(self, tids: list[int], user: str, secret: str, outgoing: bool = False) -> None:
+        """One-way CHAP (target checks initiator) on each target; outgoing=True makes it the
+        target's own account for mutual CHAP."""
         self("--op", "new", "--mode", "account", "--user", user, "--password", secret)
         extra = ["--outgoing"] if outgoing else []
-        self("--op", "bind", "--mode", "account", "--tid", str(tid), "--user", user, *extra)
+        for tid in tids:
+            self("--op", "bind", "--mode", "account", "--tid", str(tid), "--user", user, *extra)

@@ -75,3 +75,17 @@ def test_chap_mutual():
         bad = login("?target_user=tgt&target_password=wrongwrong12")
         assert bad.returncode != 0 and "CHAP" in bad.stderr
     assert leftovers("tbmch") == []
+
+
+def test_several_targets_and_a_second_lun():
+    cfg = TestbedConfig(name="tbmt", lun_mb=2, lun2_mb=1, targets=3)
+    with Testbed(cfg) as tb:
+        assert tb.iqns == [tb.iqn, f"{tb.iqn}.t2", f"{tb.iqn}.t3"]
+        ls = tb.run_ini(["iscsi-ls", "-s", f"iscsi://{tb.portal}"], capture_output=True,
+                        timeout=30)
+        assert all(f"Target:{iqn} " in ls.stdout for iqn in tb.iqns), ls.stdout
+        for url, size in ((f"{tb.iqns[2]}/1", 2 << 20), (f"{tb.iqn}/2", 1 << 20)):
+            cap = tb.run_ini(["iscsi-readcapacity16", f"iscsi://{tb.portal}/{url}"],
+                             capture_output=True, timeout=30)
+            assert f"Total size:{size}" in cap.stdout, cap.stdout + cap.stderr
+    assert leftovers("tbmt") == []
