@@ -10,7 +10,7 @@ from pathlib import Path
 
 import decoder_cases as dc
 import pytest
-from dechelp import Decoded, decode, decode_json, mismatches, norm, notes, row_at
+from dechelp import Decoded, decode, decode_json, mismatches, norm, notes, row_at, run_decoder
 from istrace_decoder import pcapwriter as pw
 
 T0 = 1_700_000_000_000_000_000
@@ -615,3 +615,30 @@ def test_random_conversations(dec: Path, tmp: Path, seed: int) -> None:
     res = decode(dec, write(tmp, f"rand{seed}.pcap", conv.flow, segs))
     assert res.rc == 0, res.stderr
     check_all(res, conv, None if seed % 2 else segs)
+
+
+def test_hostile_text_keys_keep_csv_and_json_valid(dec: Path, tmp: Path) -> None:
+    """Login/Text values with quotes, commas, semicolons, backslashes, newlines, control
+    bytes and invalid UTF-8: CSV still loads with one row per PDU, every JSON line parses."""
+    flow = pw.Flow()
+    evil = [("InitiatorName", 'iqn.x:"quoted",comma;semi\\back'),
+            ("X-Line", "a\nb\rc\td"), ("X-Ctl", "\x01\x1f\x7f"), ("X-Utf8", "héllo ✓")]
+    c = dc.Conversation(flow=flow)
+    c.add("i2t", pw.login_req(evil) + b"", opcode=3)
+    raw = pw.kv_data([("TargetAlias", "x")]) + b"X-Bin=\xff\xfe\x80\0"
+    hdr = pw.bhs(pw.OP_LOGIN_RSP, 0x87, data=raw, lun_or_key=pw.ISID + b"\0\1", itt=0,
+                 words=(0, 0, 1, 32))
+    c.add("t2i", pw.pdu(hdr, data=raw), opcode=0x23)
+    c.add("i2t", pw.text_req([("SendTargets", "All")], itt=5, cmdsn=1, expstatsn=1),
+          opcode=4, itt=5)
+    segs = c.segments()
+    path = write(tmp, "evil.pcap", flow, segs)
+    res = decode(dec, path)
+    assert res.rc == 0, res.stderr
+    check_all(res, c)
+    kv0 = res.pdus.iloc[0]["kv"]
+    assert 'iqn.x:"quoted",comma' in kv0 and "héllo ✓" in kv0, kv0
+    rows = decode_json(dec, path)  # json.loads on every line: raises on invalid JSON
+    assert len(rows) == 3 and 'iqn.x:"quoted",comma' in str(rows[0]["kv"])
+    text = run_decoder(dec, ["-v", str(path)])
+    assert text.returncode == 0 and text.stdout.count(b"\n") >= 3
