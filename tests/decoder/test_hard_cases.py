@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import re
 import select
 import subprocess
 from pathlib import Path
@@ -642,3 +643,20 @@ def test_hostile_text_keys_keep_csv_and_json_valid(dec: Path, tmp: Path) -> None
     assert len(rows) == 3 and 'iqn.x:"quoted",comma' in str(rows[0]["kv"])
     text = run_decoder(dec, ["-v", str(path)])
     assert text.returncode == 0 and text.stdout.count(b"\n") >= 3
+
+
+def test_text_and_summary_agree_with_tables(dec: Path, tmp: Path) -> None:
+    rng = random.Random(99)
+    conv = dc.random_conversation(rng)
+    path = write(tmp, "sum.pcap", conv.flow, dc.random_segments(conv, rng))
+    res = decode(dec, path)
+    text = run_decoder(dec, [str(path)]).stdout.decode().splitlines()
+    assert len([x for x in text if x.strip()]) == len(res.pdus) == len(conv.pdus)
+    summ = run_decoder(dec, ["--summary", str(path)]).stdout.decode()
+    m = re.search(r"(\d+) connections?, (\d+) PDUs, (\d+) SCSI commands", summ)
+    assert m, summ
+    assert (int(m[1]), int(m[2]), int(m[3])) == (1, len(res.pdus), len(res.commands))
+    per_op = {(d, name.strip()): int(n) for d, name, n in
+              re.findall(r"^\s+(i2t|t2i) ([A-Za-z0-9 -]+?)\s+(\d+)\s+data", summ, re.M)}
+    want = res.pdus.groupby(["dir", "opcode_name"]).size().to_dict()
+    assert per_op == want, (per_op, want)
