@@ -45,4 +45,20 @@ if ((${#pip_missing[@]})); then
   echo "deps: installing pip packages: ${pip_missing[*]}"
   "$PY" -m pip install -q "${PIP_FLAGS[@]}" "${pip_missing[@]}"
 fi
+# Opt-in, `deps.sh --vm` (istrace_cli.vmtestbed runs it on first use): the full-kernel VM
+# testbed's QEMU, stock kernel, LIO library, open-iscsi and virtme-ng. Heavy, so never by default.
+VM_APT_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static open-iscsi python3-rtslib-fb fio kmod)
+if [ "${1:-}" = "--vm" ]; then
+  vm_missing=()
+  for p in "${VM_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || vm_missing+=("$p")
+  done
+  if ((${#vm_missing[@]})); then
+    echo "deps: installing VM packages: ${vm_missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${vm_missing[@]}"
+  fi
+  command -v vng >/dev/null || "$PY" -m pip install -q "${PIP_FLAGS[@]}" virtme-ng
+fi
 echo "deps: all present"
