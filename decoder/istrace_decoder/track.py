@@ -79,8 +79,33 @@ def _unwrap(values: np.ndarray, base: int) -> np.ndarray:
 def _probe_dir(ev: pd.DataFrame) -> np.ndarray:
     """The data direction a sender-side TCP event describes: the host's own sending side."""
     if "dir" in ev.columns and ev["dir"].notna().all():
-        return ev["dir"].to_numpy()
-    return np.where(ev["host"].astype(str) == "target", "t2i", "i2t")
+        return ev["dir"].astype(str).to_numpy(dtype=object)
+    return np.where(ev["host"].to_numpy(dtype=object) == "target", "t2i", "i2t").astype(object)
+
+
+def _num(frame: pd.DataFrame, name: str) -> np.ndarray | None:
+    """A numeric column as float64 with NaN for missing (nullable ints included)."""
+    if name not in frame.columns:
+        return None
+    return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=np.float64,
+                                                                 na_value=np.nan)
+
+
+def _cat(values: np.ndarray | pd.Series) -> pd.Categorical:
+    """Labels as a categorical: big tables of a few distinct strings stay fast."""
+    return pd.Categorical(values)
+
+
+def _const(n: int, value: str) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.zeros(n, np.int8), [value])
+
+
+def _codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(integer codes, distinct labels) of a label column; categoricals cost nothing."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        return series.cat.codes.to_numpy(), np.asarray(series.cat.categories, dtype=object)
+    codes, uniq = pd.factorize(series.to_numpy(dtype=object), use_na_sentinel=True)
+    return codes, np.asarray(uniq, dtype=object)
 
 
 def track_events(events: pd.DataFrame) -> TrackResult:
@@ -88,81 +113,112 @@ def track_events(events: pd.DataFrame) -> TrackResult:
     res = TrackResult()
     if events is None or events.empty or "layer" not in events.columns:
         return res
-    ev = events[events["layer"] == "tcp"]
+    ev = events[(events["layer"] == "tcp").to_numpy(dtype=bool, na_value=False)]
     if ev.empty:
         return res
-    ev = ev.sort_values("ts_ns", kind="stable")
-    ev = ev.assign(dir=_probe_dir(ev), conn=ev["conn"].fillna("?") if "conn" in ev else "?")
+    ts_all = ev["ts_ns"].to_numpy(np.int64)
+    if not (np.diff(ts_all) >= 0).all():
+        ev = ev.iloc[np.argsort(ts_all, kind="stable")]
+    # Labels as integer codes: millions of probe rows never become Python strings.
+    if "dir" in ev.columns and ev["dir"].notna().all():
+        d_code = (ev["dir"] == "t2i").to_numpy(dtype=np.int8)
+    else:
+        d_code = (ev["host"] == "target").to_numpy(dtype=np.int8, na_value=0)
+    dirs = np.array(["i2t", "t2i"], dtype=object)
+    if "conn" in ev.columns:
+        c_code, c_uniq = _codes(ev["conn"])
+        c_uniq = np.append(c_uniq, "?")
+        c_code = np.where(c_code < 0, len(c_uniq) - 1, c_code)
+    else:
+        c_code, c_uniq = np.zeros(len(ev), np.int64), np.array(["?"], dtype=object)
+    h_code, h_uniq = _codes(ev["host"])
+    e_code, e_uniq = _codes(ev["event"])
 
-    def col(frame: pd.DataFrame, name: str) -> object:
-        return frame[name].to_numpy() if name in frame.columns else None
+    def is_event(name: str) -> np.ndarray:
+        hit = np.flatnonzero(e_uniq == name)
+        return e_code == hit[0] if len(hit) else np.zeros(len(ev), bool)
 
-    probe = ev[ev["event"] == "tcp_probe"]
-    if not probe.empty:
+    def cat(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, pd.Index(labels).astype(object)) \
+            if len(set(labels)) == len(labels) else pd.Categorical(labels[codes])
+
+    is_probe = is_event("tcp_probe")
+    if is_probe.any():
+        probe = ev[is_probe]
         n = len(probe)
+        rwnd = _num(probe, "snd_wnd") if "snd_wnd" in probe.columns else _num(probe, "rwnd")
+        ca_col = None
+        if "ca_state" in probe.columns:
+            ca_code, ca_uniq = _codes(probe["ca_state"])
+            ca_col = pd.Categorical.from_codes(ca_code, pd.Index(ca_uniq).astype(object))
         res.samples = _frame({
-            "ts_ns": probe["ts_ns"].to_numpy(np.int64), "conn": probe["conn"].to_numpy(),
-            "dir": probe["dir"].to_numpy(), "host": probe["host"].to_numpy(),
-            "source": np.full(n, "exact", dtype=object),
-            "cwnd": col(probe, "cwnd"), "ssthresh": col(probe, "ssthresh"),
-            "srtt_us": col(probe, "srtt_us"), "inflight_pkts": col(probe, "inflight"),
-            "rwnd": col(probe, "snd_wnd") if "snd_wnd" in probe.columns else col(probe, "rwnd"),
-            "ca_state": col(probe, "ca_state"),
+            "ts_ns": probe["ts_ns"].to_numpy(np.int64), "conn": cat(c_code[is_probe], c_uniq),
+            "dir": cat(d_code[is_probe], dirs), "host": cat(h_code[is_probe], h_uniq),
+            "source": _const(n, "exact"),
+            "cwnd": _num(probe, "cwnd"), "ssthresh": _num(probe, "ssthresh"),
+            "srtt_us": _num(probe, "srtt_us"), "inflight_pkts": _num(probe, "inflight"),
+            "rwnd": rwnd, "ca_state": ca_col,
         }, SAMPLE_COLUMNS, n)
-        res.samples["delivery_rate_bps"] = _probe_delivery_rate(probe)
-        if "seq" in probe.columns and "ack" in probe.columns:
+        nxt, una = _num(probe, "seq"), _num(probe, "ack")
+        key = c_code[is_probe].astype(np.int64) * 2 + d_code[is_probe]
+        if una is not None:
+            res.samples["delivery_rate_bps"] = _probe_delivery_rate(
+                res.samples["ts_ns"].to_numpy(np.int64), una, key)
+        if nxt is not None and una is not None:
             # tcp_probe's seq/ack are the socket's snd_nxt/snd_una: bytes not yet acknowledged.
-            nxt, una = probe["seq"].to_numpy(np.float64), probe["ack"].to_numpy(np.float64)
             res.samples["inflight_bytes"] = np.where(np.isnan(nxt) | np.isnan(una), np.nan,
                                                      np.mod(nxt - una, _U32))
-
-    cs = ev[(ev["event"] == "cong_state") & ev.get("ca_state", pd.Series(index=ev.index)).notna()]
-    if not cs.empty:
-        ends = ev.groupby(["conn", "dir"])["ts_ns"].max()
+    ts_ev = ev["ts_ns"].to_numpy(np.int64)
+    key_all = c_code.astype(np.int64) * 2 + d_code
+    is_cs = is_event("cong_state")
+    if is_cs.any() and "ca_state" in ev.columns:
+        cs = ev[is_cs]
+        ca = cs["ca_state"].to_numpy(dtype=object)
+        ok = pd.notna(ca)
         rows = []
-        for (conn, d), g in cs.groupby(["conn", "dir"], sort=False):
-            ts = g["ts_ns"].to_numpy(np.int64)
-            st = g["ca_state"].astype(str).to_numpy()
-            last = int(max(ends.get((conn, d), ts[-1]), ts[-1]))
-            host = g["host"].iloc[0]
-            for i in range(len(ts)):
-                if i > 0 and st[i] == st[i - 1]:
-                    continue  # repeated report of the same state: the interval goes on
-                j = i + 1
-                while j < len(ts) and st[j] == st[i]:
-                    j += 1
-                end = int(ts[j]) if j < len(ts) else last
-                rows.append((conn, d, host, "exact", st[i], int(ts[i]), end))
+        last_of = pd.Series(ts_ev).groupby(key_all).max()
+        k_cs = key_all[is_cs][ok]
+        ts_cs = ts_ev[is_cs][ok]
+        ca = ca[ok].astype(str)
+        host_cs = h_uniq[h_code[is_cs][ok]]
+        for k in dict.fromkeys(k_cs.tolist()):
+            sel = k_cs == k
+            ts, st = ts_cs[sel], ca[sel]
+            conn, d = c_uniq[k // 2], dirs[k % 2]
+            last = int(max(last_of.get(k, ts[-1]), ts[-1]))
+            # A state lasts from its first report to the next different state.
+            change = np.concatenate([[True], st[1:] != st[:-1]])
+            starts = np.flatnonzero(change)
+            ends = np.concatenate([ts[starts[1:]], [last]])
+            for j, i in enumerate(starts):
+                rows.append((conn, d, host_cs[sel][0], "exact", st[i], int(ts[i]),
+                             int(ends[j])))
         res.states = pd.DataFrame(rows, columns=STATE_COLUMNS)
 
-    rt = ev[ev["event"] == "retransmit"]
-    if not rt.empty:
+    is_rt = is_event("retransmit")
+    if is_rt.any():
+        rt = ev[is_rt]
         n = len(rt)
         res.events = _frame({
-            "ts_ns": rt["ts_ns"].to_numpy(np.int64), "conn": rt["conn"].to_numpy(),
-            "dir": rt["dir"].to_numpy(), "host": rt["host"].to_numpy(),
+            "ts_ns": rt["ts_ns"].to_numpy(np.int64), "conn": c_uniq[c_code[is_rt]],
+            "dir": dirs[d_code[is_rt]], "host": h_uniq[h_code[is_rt]],
             "source": np.full(n, "exact", dtype=object),
             "kind": np.full(n, "retransmit", dtype=object),
-            "seq": col(rt, "seq"), "bytes": col(rt, "bytes"),
-            "note": col(rt, "reason"),
+            "seq": _num(rt, "seq"), "bytes": _num(rt, "bytes"),
+            "note": rt["reason"].to_numpy(dtype=object) if "reason" in rt.columns else None,
         }, EVENT_COLUMNS, n)
     return res
 
 
-def _probe_delivery_rate(probe: pd.DataFrame) -> np.ndarray:
-    """Bytes/s acknowledged, from successive snd_una (`ack`) values of one socket's probes."""
-    out = np.full(len(probe), np.nan)
-    if "ack" not in probe.columns:
-        return out
-    for _, g in probe.groupby(["conn", "dir"], sort=False):
-        idx = probe.index.get_indexer(g.index)
-        ack = g["ack"].to_numpy()
-        ok = ~pd.isna(ack)
-        if ok.sum() < 2:
+def _probe_delivery_rate(ts: np.ndarray, ack: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Bytes/s acknowledged, from successive snd_una (`ack`) values of each socket's probes."""
+    out = np.full(len(ts), np.nan)
+    for k in np.unique(key):
+        idx = np.flatnonzero((key == k) & ~np.isnan(ack))
+        if len(idx) < 2:
             continue
-        ts = g["ts_ns"].to_numpy(np.int64)[ok]
-        una = _unwrap(ack[ok].astype(np.int64), int(ack[ok][0]))
-        out[idx[ok]] = _rate(ts, una)
+        una = _unwrap(ack[idx].astype(np.int64), int(ack[idx][0]))
+        out[idx] = _rate(ts[idx], una)
     return out
 
 

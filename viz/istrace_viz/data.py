@@ -6,10 +6,12 @@ Times stay integer nanoseconds; plots convert to ms relative to a t0 they choose
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace_decoder.track import _codes
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
 LADDER_KINDS = ["SCSI Command", "R2T", "SCSI Data-Out", "SCSI Data-In", "SCSI Response"]
@@ -467,35 +469,53 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
             "label": c.get("cdb_name", pd.Series("", c.index))}))
     if events is not None and not events.empty and "lat_ns" in events.columns:
         events = _tie_events(events, commands_i, offset_ns)
-        ev = pd.concat([events[events["lat_ns"].notna() & (events["lat_ns"] >= 0)],
-                        _paired_spans(events)], ignore_index=True)
+        lat_all = pd.to_numeric(events["lat_ns"], errors="coerce").to_numpy(np.float64,
+                                                                             na_value=np.nan)
+        ev = events[lat_all >= 0]
+        paired = _paired_spans(events)
+        if not paired.empty:
+            ev = pd.concat([ev, paired], ignore_index=True)
         if not ev.empty:
-            host = ev["host"].astype(str)
-            layer = ev["layer"].astype(str)
-            ts = ev["ts_ns"].astype(np.int64) - np.where(host == "target", offset_ns, 0)
-            # Target file I/O and block work is the backing store (tgtd's preads of the LUN
-            # file); its socket reads/writes are not, and stay out of the picture.
-            name = ev["event"].astype(str)
-            file_io = name.str.match(r"^p(read|write)(64|v|v2)?(_exit)?$")
-            store = (host == "target") & ((layer == "block") | ((layer == "syscall") & file_io))
-            row = np.where(store, "target backing store", host + " " + layer.map(_layer_word))
+            # Work on the few distinct (host, layer, event) triples, as integer codes, not on
+            # millions of strings. Target file I/O and block work is the backing store (tgtd's
+            # preads of the LUN file); its socket reads/writes stay out of the picture.
+            parts = [_labels(ev[c]) for c in ("host", "layer", "event")]
+            (hc, hu), (lc, lu), (ec, eu) = parts
+            nl, ne = len(lu), len(eu)
+            combined = (hc.astype(np.int64) * nl + lc) * ne + ec
+            uniq, inv = np.unique(combined, return_inverse=True)
+            rows_u = np.array([_row_of(hu[x // (nl * ne)], lu[(x // ne) % nl], eu[x % ne])
+                               for x in uniq], dtype=object)
+            is_tgt = hc == np.flatnonzero(hu == "target")[0] if (hu == "target").any() else \
+                np.zeros(len(hc), bool)
+            ts = ev["ts_ns"].to_numpy(np.int64) - np.where(is_tgt, offset_ns, 0)
             cmd = ev["cmd_id"] if "cmd_id" in ev.columns else pd.Series(np.nan, ev.index)
-            cmd = _cmd_by_lba(ev, cmd.astype(float), commands_i)
+            cmd = _cmd_by_lba(ev, pd.to_numeric(cmd, errors="coerce").astype(float),
+                              commands_i)
+            lat = pd.to_numeric(ev["lat_ns"], errors="coerce").to_numpy(np.float64,
+                                                                        na_value=np.nan)
+            byt = (pd.to_numeric(ev["bytes"], errors="coerce").to_numpy(np.float64,
+                                                                         na_value=np.nan)
+                   if "bytes" in ev.columns else np.full(len(ev), np.nan))
             frames.append(pd.DataFrame({
-                "row": row, "host": host, "layer": layer,
-                "start_ns": ts - ev["lat_ns"].astype(np.int64), "end_ns": ts, "cmd": cmd,
-                "bytes": ev.get("bytes", pd.Series(np.nan, ev.index)),
-                "label": ev["event"].astype(str)}))
+                "row": _cat_from(inv, rows_u), "host": _cat_from(hc, hu),
+                "layer": _cat_from(lc, lu), "start_ns": ts - lat.astype(np.int64),
+                "end_ns": ts, "cmd": cmd.to_numpy(np.float64), "bytes": byt,
+                "label": _cat_from(ec, eu)}))
     if not frames:
         return pd.DataFrame(columns=SPAN_COLUMNS)
+    for f in frames:  # one label type for every part: plain objects (small) or categories
+        for c in ("row", "host", "layer", "label"):
+            f[c] = f[c].astype(object) if len(f) < 100_000 else f[c].astype("category")
     out = pd.concat(frames, ignore_index=True)
     out = out.dropna(subset=["start_ns"])
     out["end_ns"] = out["end_ns"].fillna(out["start_ns"])
-    known = {r[2] for r in TIMELINE_ROWS}
-    out = out[out["row"].isin(known)]
+    known = [r[2] for r in TIMELINE_ROWS]
+    out = out[out["row"].isin(known).to_numpy(dtype=bool)]
     out["start_ns"] = out["start_ns"].astype(np.int64)
     out["end_ns"] = out["end_ns"].astype(np.int64)
-    return out.sort_values(["start_ns"], kind="stable").reset_index(drop=True)[SPAN_COLUMNS]
+    order = np.argsort(out["start_ns"].to_numpy(), kind="stable")
+    return out.take(order).reset_index(drop=True)[SPAN_COLUMNS]
 
 
 def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str,
@@ -621,6 +641,27 @@ def _cmd_by_lba(ev: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame | None)
             lba = (ev.loc[f, "offset"].astype(np.int64) // 512).to_numpy()
             out[f] = by_lba.reindex(lba).to_numpy()
     return out
+
+
+def _cat_from(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
+    """Categorical from codes into labels that may repeat or hold None (-> missing)."""
+    lc, lu = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
+    return pd.Categorical.from_codes(lc[codes], pd.Index(lu, dtype=object))
+
+
+def _labels(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes >= 0, labels) of a label column; missing values get the label ''."""
+    codes, uniq = _codes(series)
+    uniq = np.append(uniq.astype(object), "")
+    return np.where(codes < 0, len(uniq) - 1, codes), uniq
+
+
+def _row_of(host: str, layer: str, event: str) -> str | None:
+    """Timeline row of a probe event (None: not drawn)."""
+    if host == "target" and (layer == "block" or (layer == "syscall" and re.match(
+            r"^p(read|write)(64|v|v2)?(_exit)?$", str(event)))):
+        return "target backing store"
+    return f"{host} {_layer_word(layer)}"
 
 
 def _layer_word(layer: str) -> str:

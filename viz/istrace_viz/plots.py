@@ -188,15 +188,19 @@ def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
                 color="tab:blue", lw=0.8, label="bytes in flight [KiB] (estimated from pcap)")
         ax.set_ylabel("KiB in flight (cwnd unknown without probes)")
     st = states[(states["dir"] == d)] if not states.empty else states
-    seen = set()
-    for r in st.itertuples():
-        c = STATE_COLORS.get(r.state)
+    t_end = int(s["ts_ns"].max())
+    px = max((t_end - t0) / 1e6 / 2000, 1e-9)  # ~ one pixel, in ms
+    for state, g in st.groupby("state", sort=False):
+        c = STATE_COLORS.get(str(state))
         if c is None:
             continue
-        ax.axvspan(_ms([r.start_ns], t0)[0], _ms([max(r.end_ns, r.start_ns + 1)], t0)[0],
-                   color=c, alpha=0.5, lw=0,
-                   label=f"{r.state} ({r.source})" if r.state not in seen else None)
-        seen.add(r.state)
+        # Thousands of short episodes: join those closer than a pixel, draw one collection.
+        a, b, _ = _merge_spans(_ms(g["start_ns"], t0), _ms(g["end_ns"], t0),
+                               np.zeros(len(g)), px)
+        w = np.maximum(b - a, px)
+        ax.broken_barh(list(zip(a, w, strict=True)), (0, 1), transform=ax.get_xaxis_transform(),
+                       color=c, alpha=0.5, lw=0,
+                       label=f"{state} ({', '.join(sorted(set(g['source'])))}; {len(g)}x)")
     ev = events[(events["dir"] == d) & events["kind"].isin(["retransmit"])] if not \
         events.empty else events
     if not ev.empty:
