@@ -31,6 +31,7 @@ def _socket_in_use(port: int) -> bool:
 
 def pick_control_port(name: str) -> int:
     """A control port derived from the testbed name, skipping ones a live tgtd holds."""
+    TGTD_SOCKET_DIR.mkdir(parents=True, exist_ok=True)  # absent on a machine that never ran tgtd
     # tgtd accepts control ports up to 32767.
     base = 10000 + zlib.crc32(name.encode()) % 22000
     for port in range(base, base + 500):
