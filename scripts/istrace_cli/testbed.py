@@ -396,7 +396,8 @@ def config_from_args(a: argparse.Namespace) -> TestbedConfig:
 
 def _status(name: str | None) -> int:
     root = testbed_state.RUN_ROOT
-    names = [name] if name else sorted(p.name for p in root.glob("*") if p.is_dir())
+    names = [name] if name else sorted(p.name for p in root.glob("*")
+                                       if (p / "state.json").exists())
     if not names:
         print("no testbeds")
         return 0
