@@ -97,6 +97,18 @@ class TestbedError(RuntimeError):
     pass
 
 
+def owner_alive(state: dict[str, Any]) -> int | None:
+    """The pid of the live process that made this testbed, or None when it has exited.
+    Without a recorded start time (older state files) any live process of that pid counts."""
+    owner, start = state.get("owner_pid"), state.get("owner_start")
+    if not owner:
+        return None
+    now = testbed_state.proc_start(int(owner))
+    if now is not None and (start is None or now == start):
+        return int(owner)
+    return None
+
+
 class Testbed:
     """One testbed; a context manager that brings it up on enter and down on exit."""
 
@@ -182,9 +194,8 @@ class Testbed:
 
     def _clear_leftovers(self) -> None:
         old = testbed_state.load(self.cfg.name)
-        owner, start = (old or {}).get("owner_pid"), (old or {}).get("owner_start")
-        if owner and owner != os.getpid() and start is not None \
-                and testbed_state.proc_start(int(owner)) == start:
+        owner = owner_alive(old or {})
+        if owner and owner != os.getpid():
             raise TestbedError(f"testbed {self.cfg.name!r} is in use by live process {owner}; "
                                f"pick another name or `istrace testbed down --name "
                                f"{self.cfg.name}`")
@@ -442,7 +453,8 @@ def main(argv: list[str]) -> int:
     add_path_args(up)
     down = sub.add_parser("down", help="remove a testbed (also after a crash)")
     down.add_argument("--name", default="ist")
-    down.add_argument("--all", action="store_true", help="every testbed in the run directory")
+    down.add_argument("--all", action="store_true",
+                      help="every testbed whose maker has exited (others are in use: skipped)")
     st = sub.add_parser("status", help="show testbeds")
     st.add_argument("--name", default=None)
     a = ap.parse_args(argv)
@@ -454,7 +466,15 @@ def main(argv: list[str]) -> int:
     if a.action == "down" and a.all:
         names = sorted(p.name for p in testbed_state.RUN_ROOT.glob("*") if
                        (p / "state.json").exists())
-        return max([_down(n) for n in names], default=0)
+        rcs = []
+        for n in names:
+            owner = owner_alive(testbed_state.load(n) or {})
+            if owner:
+                print(f"testbed {n}: in use by live process {owner}, left up "
+                      f"(`down --name {n}` removes it anyway)")
+                continue
+            rcs.append(_down(n))
+        return max(rcs, default=0)
     if a.action == "down":
         return _down(a.name)
     try:
