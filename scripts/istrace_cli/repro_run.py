@@ -267,27 +267,50 @@ def run_grouped(sweep: SweepCSV, points: list[Row], group: Callable[[Row], tuple
                 summary: Callable[[Row], str]) -> list[Row]:
     """Measure `points` (in order), one testbed per group of points with equal `group(point)`.
 
-    A group whose points are all in the CSV already brings no testbed up (resume).
+    A group whose points are all in the CSV already brings no testbed up (resume). Points that
+    failed get one more pass on a fresh testbed (a testbed can be lost under a run, e.g. to a
+    neighbour's cleanup on a shared machine).
     """
+    out = _grouped_pass(sweep, points, group, bed, tag, measure, progress, summary)
+    failed = [p for p, row in zip(points, out, strict=True) if row.get("status") != "ok"]
+    if not failed:
+        return out
+    print(f"reproduce: {len(failed)} point(s) failed; measuring them once more",
+          file=sys.stderr, flush=True)
+    progress.total += len(failed)
+    again = iter(_grouped_pass(sweep, failed, group, bed, tag, measure, progress, summary))
+    return [next(again) if row.get("status") != "ok" else row for row in out]
+
+
+def _grouped_pass(sweep: SweepCSV, points: list[Row], group: Callable[[Row], tuple[Any, ...]],
+                  bed: Callable[[Row], dict[str, Any]], tag: str,
+                  measure: Callable[[Testbed, Row], Row], progress: Progress,
+                  summary: Callable[[Row], str]) -> list[Row]:
     groups: dict[tuple[Any, ...], list[Row]] = {}
     for p in points:
         groups.setdefault(group(p), []).append(p)
-    out: list[Row] = []
+    done: dict[tuple[str, ...], Row] = {}
+
+    def keep(rows: list[Row]) -> None:
+        for row in rows:
+            done[sweep.point_key(row)] = row
+
     for members in groups.values():
         if all(sweep.find(p) is not None for p in members):
-            out += run_points(sweep, members, lambda p: {}, progress, summary)
+            keep(run_points(sweep, members, lambda p: {}, progress, summary))
             continue
         try:
             with testbed(unique_name(tag), **bed(members[0])) as tb:
-                out += run_points(sweep, members, lambda p, tb=tb: measure(tb, p), progress,
-                                  summary)
+                keep(run_points(sweep, members, lambda p, tb=tb: measure(tb, p), progress,
+                                summary))
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - a testbed failing must not end the sweep
             print(f"reproduce: testbed for {describe(members[0], sweep.key)} failed: {exc}",
                   file=sys.stderr, flush=True)
-            out += run_points(sweep, members, _raise(exc), progress, summary)
-    return out
+            missing = [p for p in members if sweep.point_key(p) not in done]
+            keep(run_points(sweep, missing, _raise(exc), progress, summary))
+    return [done[sweep.point_key(p)] for p in points]
 
 
 def _raise(exc: Exception) -> Callable[[Row], Row]:

@@ -35,6 +35,9 @@ def test_delay_sweep_quick(quick_run):
         assert at("32K", txq, 0) > 2 * at("32K", txq, 4) > 2 * at("32K", txq, 16)
         # big commands hide the delay: 4 MB beats 32 KB at 16 ms by far
         assert at("4M", txq, 16) > 5 * at("32K", txq, 16)
+    # the small queue drops the 4 MB bursts and loss-based TCP backs off (seed 000: 2.81x)
+    assert at("4M", 4096, 16) > 1.3 * at("4M", 256, 16)
+    assert at("4M", 4096, 16) > 10 * at("32K", 256, 16)  # the study's 60x, scaled
     # 32 KB at 16 ms pays whole round trips per command: within 3x of eq. (1) (4 delays)
     table = (out / "delay-sweep-table.csv").read_text()
     assert "model_mbps" in table
