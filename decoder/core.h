@@ -115,6 +115,17 @@ void pdu_finish(struct decoder *d, struct conn *c, int dir, int64_t idx, const u
 void pdu_add_notes(struct decoder *d, int64_t idx, uint32_t notes);
 struct decode_stats *decoder_stats(struct decoder *d);
 
+/* session.c: the packet loop pieces, for readers other than libpcap (mapped.c). */
+struct decoder *decoder_begin(const struct decode_opts *o, const struct decode_sinks *s,
+			      struct decode_stats *st, int dlt);
+void decoder_packet(struct decoder *d, int64_t ts, uint32_t caplen, uint32_t wirelen,
+		    const uint8_t *pkt);
+void decoder_end(struct decoder *d);
+int64_t decoder_time(int64_t sec, int64_t ns);
+/* mapped.c: a classic pcap file image in memory; -2 when it is not one. */
+int decode_classic_image(const uint8_t *m, size_t size, const struct decode_opts *o,
+			 const struct decode_sinks *s, struct decode_stats *st);
+
 /* pdu_stream.c */
 void stream_feed(struct decoder *d, struct conn *c, int dir, const uint8_t *p, uint32_t n,
 		 int64_t ts, int seg_start);
@@ -136,6 +147,7 @@ void bhs_fill(struct pdu_rec *r, const uint8_t *b);
 /* Verbose: one line per BHS field with its byte offsets. */
 void bhs_describe(const uint8_t *b, void (*emit)(void *ctx, const char *line), void *ctx);
 uint64_t lun_value(const uint8_t *l, int *single);
+size_t utf8_seq_len(const unsigned char *s, size_t n); /* session.c */
 
 static inline uint32_t rd32be(const uint8_t *p)
 {

@@ -158,6 +158,11 @@ int istrace_decode_pcap(pcap_t *p, const struct decode_opts *o, const struct dec
  * On failure returns NULL and writes a one-line reason into err. */
 pcap_t *istrace_open_capture(const char *path, char *err, size_t errlen);
 
+/* Plain classic pcap files only, read through a memory mapping (the fast path).
+ * Returns 0 done, -1 error (stats->read_error_text), -2 not such a file: use libpcap. */
+int istrace_decode_mapped(const char *path, const struct decode_opts *o,
+			  const struct decode_sinks *s, struct decode_stats *stats);
+
 /* Convenience for fuzzers and tests: a whole capture file (plain or gzip'd) in memory. */
 int istrace_decode_buffer(const uint8_t *buf, size_t len, const struct decode_opts *o,
 			  const struct decode_sinks *s, struct decode_stats *stats);

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "decode.h"
+#include "core.h"
 
 #define IN_CAP (256 * 1024)
 
@@ -193,6 +193,9 @@ pcap_t *istrace_open_capture(const char *path, char *err, size_t errlen)
 int istrace_decode_buffer(const uint8_t *buf, size_t len, const struct decode_opts *o,
 			  const struct decode_sinks *sk, struct decode_stats *stats)
 {
+	int rc = decode_classic_image(buf, len, o, sk, stats);
+	if (rc != -2)
+		return rc;
 	char err[512];
 	struct src *s = calloc(1, sizeof *s);
 	if (!s)
@@ -208,7 +211,7 @@ int istrace_decode_buffer(const uint8_t *buf, size_t len, const struct decode_op
 	pcap_t *p = open_file(f, "buffer", err, sizeof err);
 	if (!p)
 		return -1;
-	int rc = istrace_decode_pcap(p, o, sk, stats);
+	rc = istrace_decode_pcap(p, o, sk, stats);
 	pcap_close(p);
 	return rc;
 }

@@ -34,6 +34,24 @@ static void usage(FILE *f)
 		"exit: 0 ok, 2 usage or input error, 3 no iSCSI found\n");
 }
 
+/* A plain classic pcap file (any byte order, us or ns)? Those take the mapped fast path. */
+static int is_classic_pcap(const char *path)
+{
+	if (!strcmp(path, "-"))
+		return 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return 0;
+	uint8_t m[4];
+	size_t n = fread(m, 1, 4, f);
+	fclose(f);
+	if (n != 4)
+		return 0;
+	uint32_t v = (uint32_t)m[0] | (uint32_t)m[1] << 8 | (uint32_t)m[2] << 16 |
+		     (uint32_t)m[3] << 24;
+	return v == 0xa1b2c3d4 || v == 0xa1b23c4d || v == 0xd4c3b2a1 || v == 0x4d3cb2a1;
+}
+
 static int parse_uint(const char *s, unsigned long max, unsigned long *out)
 {
 	char *end;
@@ -113,22 +131,38 @@ int main(int argc, char **argv)
 		oo.flush_each = 1; /* a pipe or terminal: stream each PDU as it is decoded */
 
 	char err[1024];
-	pcap_t *p = istrace_open_capture(path, err, sizeof err);
-	if (!p) {
-		fprintf(stderr, "istrace-decode: %s\n", err);
-		return 2;
+	pcap_t *p = NULL;
+	if (!is_classic_pcap(path)) {
+		p = istrace_open_capture(path, err, sizeof err);
+		if (!p) {
+			fprintf(stderr, "istrace-decode: %s\n", err);
+			return 2;
+		}
 	}
 	struct out *w = out_new(&oo, err, sizeof err);
 	if (!w) {
 		fprintf(stderr, "istrace-decode: %s\n", err);
-		pcap_close(p);
+		if (p)
+			pcap_close(p);
 		return 2;
 	}
 	struct decode_sinks sk;
 	struct decode_stats st;
 	out_sinks(w, &sk);
-	int rc = istrace_decode_pcap(p, &o, &sk, &st);
-	pcap_close(p);
+	int rc = -2;
+	if (!p)
+		rc = istrace_decode_mapped(path, &o, &sk, &st);
+	if (rc == -2) { /* not mappable after all: libpcap reads it */
+		if (!p)
+			p = istrace_open_capture(path, err, sizeof err);
+		if (!p) {
+			out_finish(w, &st);
+			fprintf(stderr, "istrace-decode: %s\n", err);
+			return 2;
+		}
+		rc = istrace_decode_pcap(p, &o, &sk, &st);
+		pcap_close(p);
+	}
 	if (rc < 0) {
 		out_finish(w, &st);
 		fprintf(stderr, "istrace-decode: %s: %s\n", path, st.read_error_text);

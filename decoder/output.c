@@ -112,17 +112,30 @@ static void wjson_str(struct wbuf *w, const char *s)
 {
 	static const char hx[] = "0123456789abcdef";
 	wch(w, '"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
+	size_t n = strlen(s);
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)s[i];
 		if (c == '"' || c == '\\') {
 			wch(w, '\\');
 			wch(w, (char)c);
-		} else if (c < 0x20 || c >= 0x7f) {
-			/* Bytes outside printable ASCII are escaped: output stays valid JSON. */
+			i++;
+		} else if (c < 0x20 || c == 0x7f) {
 			char t[6] = {'\\', 'u', '0', '0', hx[c >> 4], hx[c & 15]};
 			wput(w, t, 6);
-		} else {
+			i++;
+		} else if (c < 0x80) {
 			wch(w, (char)c);
+			i++;
+		} else {
+			/* UTF-8 passes through; a byte that is not UTF-8 becomes U+FFFD. */
+			size_t u = utf8_seq_len((const unsigned char *)s + i, n - i);
+			if (u) {
+				wput(w, s + i, u);
+				i += u;
+			} else {
+				wstr(w, "\\ufffd");
+				i++;
+			}
 		}
 	}
 	wch(w, '"');

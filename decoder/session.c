@@ -573,6 +573,31 @@ static void apply_key(struct conn *c, int dir, uint8_t opcode, const char *k, co
 		copy_val(c->initial_r2t, sizeof c->initial_r2t, v);
 }
 
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is not one. */
+size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+	unsigned c = s[0];
+	size_t len;
+	unsigned min;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) { len = 2; min = 0x80; }
+	else if (c >= 0xe0 && c <= 0xef) { len = 3; min = 0x800; }
+	else if (c >= 0xf0 && c <= 0xf4) { len = 4; min = 0x10000; }
+	else return 0;
+	if (n < len)
+		return 0;
+	unsigned cp = c & (0x3f >> (len - 1));
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
 static void kv_process(struct decoder *d, struct conn *c, int dir, struct pdu_rec *r,
 		       const uint8_t *data, uint32_t have)
 {
@@ -622,10 +647,17 @@ static void kv_process(struct decoder *d, struct conn *c, int dir, struct pdu_re
 			size_t n = i - start;
 			if (end_of_text)
 				s->kvc[i] = 0; /* room reserved above (+1) */
-			/* Keep the kv column one line: control characters become '?'. */
-			for (size_t j = 0; j < n; j++)
-				if ((unsigned char)pair[j] < 0x20 || pair[j] == ';')
-					pair[j] = '?';
+			/* Keep the kv column one line of valid UTF-8: control characters, the ';'
+			 * separator and bytes that are not UTF-8 become '?'. */
+			for (size_t j = 0; j < n;) {
+				unsigned char ch = (unsigned char)pair[j];
+				size_t u = utf8_seq_len((const unsigned char *)pair + j, n - j);
+				if (ch < 0x20 || ch == 0x7f || ch == ';' || u == 0) {
+					pair[j++] = '?';
+					continue;
+				}
+				j += u;
+			}
 			kv_append(r, pair, n);
 			char *eq = memchr(pair, '=', n);
 			if (eq) {
@@ -882,24 +914,30 @@ static int port_match(const struct decoder *d, uint16_t p)
 	return 0;
 }
 
-static void handle_packet(struct decoder *d, const struct pcap_pkthdr *h, const uint8_t *pkt)
+/* Capture time in ns; absurd values (a corrupt pcapng can say anything) are clamped so
+ * times stay inside int64. */
+int64_t decoder_time(int64_t sec_in, int64_t ns_in)
 {
-	struct decode_stats *st = d->st;
-	/* Clamp absurd timestamps (a corrupt pcapng can say anything) so times stay in int64. */
-	uint64_t sec = h->ts.tv_sec < 0 ? 0 : (uint64_t)h->ts.tv_sec;
-	uint64_t frac = h->ts.tv_usec < 0 ? 0 : (uint64_t)h->ts.tv_usec;
+	uint64_t sec = sec_in < 0 ? 0 : (uint64_t)sec_in;
+	uint64_t frac = ns_in < 0 ? 0 : (uint64_t)ns_in;
 	if (sec > 9000000000ULL)
 		sec = 9000000000ULL;
 	if (frac > 999999999ULL)
 		frac = 999999999ULL;
-	int64_t ts = (int64_t)(sec * 1000000000ULL + frac);
+	return (int64_t)(sec * 1000000000ULL + frac);
+}
+
+void decoder_packet(struct decoder *d, int64_t ts, uint32_t caplen, uint32_t wirelen,
+		    const uint8_t *pkt)
+{
+	struct decode_stats *st = d->st;
 	st->packets++;
-	st->bytes_captured += h->caplen;
+	st->bytes_captured += caplen;
 	if (st->first_ts < 0)
 		st->first_ts = ts;
 	st->last_ts = ts;
 	struct tcp_seg g;
-	switch (packet_parse(d->dlt, pkt, h->caplen, h->len, &g)) {
+	switch (packet_parse(d->dlt, pkt, caplen, wirelen, &g)) {
 	case PKT_TCP:
 		break;
 	case PKT_NOT_IP: st->non_ip++; return;
@@ -928,34 +966,49 @@ static void handle_packet(struct decoder *d, const struct pcap_pkthdr *h, const 
 	reasm_segment(d, c, dir, &g, ts);
 }
 
-int istrace_decode_pcap(pcap_t *p, const struct decode_opts *o, const struct decode_sinks *s,
-			struct decode_stats *st)
+struct decoder *decoder_begin(const struct decode_opts *o, const struct decode_sinks *s,
+			      struct decode_stats *st, int dlt)
 {
 	struct decoder *d = decoder_new(o, s, st);
 	if (!d) {
 		snprintf(st->read_error_text, sizeof st->read_error_text, "out of memory");
-		return -1;
+		st->read_error = 1;
+		return NULL;
 	}
-	d->dlt = pcap_datalink(p);
-	if (!packet_dlt_supported(d->dlt)) {
-		const char *n = pcap_datalink_val_to_name(d->dlt);
+	d->dlt = dlt;
+	if (!packet_dlt_supported(dlt)) {
+		const char *n = pcap_datalink_val_to_name(dlt);
 		snprintf(st->read_error_text, sizeof st->read_error_text,
-			 "unsupported link type %d (%s)", d->dlt, n ? n : "unknown");
+			 "unsupported link type %d (%s)", dlt, n ? n : "unknown");
 		st->read_error = 1;
 		decoder_free(d);
-		return -1;
+		return NULL;
 	}
+	return d;
+}
+
+void decoder_end(struct decoder *d)
+{
+	decoder_finish(d);
+	decoder_free(d);
+}
+
+int istrace_decode_pcap(pcap_t *p, const struct decode_opts *o, const struct decode_sinks *s,
+			struct decode_stats *st)
+{
+	struct decoder *d = decoder_begin(o, s, st, pcap_datalink(p));
+	if (!d)
+		return -1;
 	struct pcap_pkthdr *h;
 	const u_char *pkt;
 	int rc;
 	while ((rc = pcap_next_ex(p, &h, &pkt)) == 1)
-		handle_packet(d, h, pkt);
+		decoder_packet(d, decoder_time(h->ts.tv_sec, h->ts.tv_usec), h->caplen, h->len, pkt);
 	if (rc == -1) {
 		st->read_error = 1;
 		snprintf(st->read_error_text, sizeof st->read_error_text, "%s", pcap_geterr(p));
 	}
-	decoder_finish(d);
-	decoder_free(d);
+	decoder_end(d);
 	return 0;
 }
 
