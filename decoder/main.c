@@ -186,16 +186,18 @@ int main(int argc, char **argv)
 		return 3;
 	}
 	uint64_t bad = st.dropped_pdus + st.incomplete_pdus + st.gaps + st.resync_skipped_bytes +
-		       st.truncated_packets + st.hdigest_bad + st.ddigest_bad;
+		       st.truncated_packets + st.hdigest_bad + st.ddigest_bad + st.ip_fragments;
 	if (!quiet && bad)
 		fprintf(stderr,
 			"istrace-decode: %llu PDUs decoded; could not decode: %llu dropped PDUs, "
 			"%llu incomplete, %llu gaps (%llu B), %llu truncated packets, %llu B skipped "
-			"while resynchronising; %llu bad header / %llu bad data digests\n",
+			"while resynchronising; %llu bad header / %llu bad data digests; %llu IP "
+			"fragments skipped\n",
 			(unsigned long long)st.pdus, (unsigned long long)st.dropped_pdus,
 			(unsigned long long)st.incomplete_pdus, (unsigned long long)st.gaps,
 			(unsigned long long)st.gap_bytes, (unsigned long long)st.truncated_packets,
 			(unsigned long long)st.resync_skipped_bytes,
-			(unsigned long long)st.hdigest_bad, (unsigned long long)st.ddigest_bad);
+			(unsigned long long)st.hdigest_bad, (unsigned long long)st.ddigest_bad,
+			(unsigned long long)st.ip_fragments);
 	return 0;
 }
