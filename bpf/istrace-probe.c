@@ -144,6 +144,7 @@ static struct {
 	bool block_all, verbose, list;
 	double stats_interval;
 	double tcp_sample_ms;
+	const char *format;
 } opt = { .host = "initiator", .port = 3260, .ringbuf_mb = 16, .stats_interval = 1.0, .tcp_sample_ms = 10,
 	    .exclude = { "tcpdump", "dumpcap", "ss" }, .nexclude = 3 };
 
@@ -177,6 +178,8 @@ static void usage(FILE *f)
 "  --exclude-comm NAME  tasks named NAME are not traced by the syscall/user/block\n"
 "                       probes (repeatable, max 4; default tcpdump, dumpcap, ss;\n"
 "                       --exclude-comm '' clears the list)\n"
+"  --format jsonl|csv   stream format (default: csv when --out ends in .csv, else\n"
+"                       JSON lines); same columns, CSV loads several times faster\n"
 "  --tcp-sample-ms MS   tcp_probe/rcv_space: one event per socket when cwnd,\n"
 "                       ssthresh, CA state or a window changes, else at most\n"
 "                       every MS (default 10); 0 = an event for every ACK\n"
@@ -205,6 +208,7 @@ static int parse_args(int argc, char **argv)
 		{ "list-hooks", no_argument, NULL, 'T' },
 		{ "exclude-comm", required_argument, NULL, 'X' },
 		{ "tcp-sample-ms", required_argument, NULL, 'S' },
+		{ "format", required_argument, NULL, 'F' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -287,6 +291,13 @@ static int parse_args(int argc, char **argv)
 			}
 			break;
 		case 'T': opt.list = true; break;
+		case 'F':
+			if (strcmp(optarg, "jsonl") && strcmp(optarg, "csv")) {
+				fprintf(stderr, "istrace-probe: --format %s: jsonl or csv\n", optarg);
+				return -1;
+			}
+			opt.format = optarg;
+			break;
 		case 'S':
 			opt.tcp_sample_ms = strtod(optarg, &end);
 			if (*end || opt.tcp_sample_ms < 0 || opt.tcp_sample_ms > 60000) {
@@ -533,6 +544,59 @@ static __s64 clock_offset_ns;   /* CLOCK_REALTIME - CLOCK_MONOTONIC */
 static __u64 clock_width_ns;
 static unsigned long long nevents, nbad;
 
+/* One output record: a text slot per column, serialised as a JSON line (schema columns
+ * always, null when unset; extra columns only when set) or as a CSV row (every column). */
+enum col {
+	C_TS, C_HOST, C_LAYER, C_EVENT, C_PID, C_COMM, C_CONN, C_COOKIE, C_LBA, C_BYTES, C_ITT,
+	C_OPCODE, C_SEQ, C_ACK, C_CWND, C_SSTHRESH, C_SRTT, C_CA, C_INFLIGHT, C_RWND, C_SNDWND,
+	C_LAT, C_DEV, C_REASON,
+	C_NSCHEMA, /* extras (docs/schema.md: added at the end) */
+	C_TID = C_NSCHEMA, C_NETNS, C_FD, C_RET, C_OFFSET, C_STATUS, C_LOST, C_EVENTS, C_SOURCE,
+	C_N
+};
+
+static const char *const col_name[C_N] = {
+	"ts_ns", "host", "layer", "event", "pid", "comm", "conn", "cookie", "lba", "bytes", "itt",
+	"opcode", "seq", "ack", "cwnd", "ssthresh", "srtt_us", "ca_state", "inflight", "rwnd",
+	"snd_wnd", "lat_ns", "dev", "reason", "tid", "netns", "fd", "ret", "offset", "status",
+	"lost", "events", "source",
+};
+
+static const bool col_text[C_N] = {
+	[C_HOST] = true, [C_LAYER] = true, [C_EVENT] = true, [C_COMM] = true, [C_CONN] = true,
+	[C_CA] = true, [C_DEV] = true, [C_REASON] = true, [C_SOURCE] = true,
+};
+
+static struct {
+	char v[C_N][112];
+	bool set[C_N];
+} rec;
+
+static bool csv_out;
+
+static void rec_clear(void)
+{
+	memset(rec.set, 0, sizeof(rec.set));
+}
+
+static void put_s(enum col c, const char *s)
+{
+	snprintf(rec.v[c], sizeof(rec.v[c]), "%s", s);
+	rec.set[c] = true;
+}
+
+static void put_u(enum col c, unsigned long long v)
+{
+	snprintf(rec.v[c], sizeof(rec.v[c]), "%llu", v);
+	rec.set[c] = true;
+}
+
+static void put_i(enum col c, long long v)
+{
+	snprintf(rec.v[c], sizeof(rec.v[c]), "%lld", v);
+	rec.set[c] = true;
+}
+
 static void json_str(const char *s, size_t max)
 {
 	size_t i;
@@ -551,6 +615,62 @@ static void json_str(const char *s, size_t max)
 	fputc('"', out);
 }
 
+static void csv_str(const char *s)
+{
+	const char *p;
+
+	if (!strpbrk(s, ",\"\r\n")) {
+		for (p = s; *p; p++)
+			fputc((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f ? *p : '?', out);
+		return;
+	}
+	fputc('"', out);
+	for (p = s; *p; p++) {
+		if (*p == '"')
+			fputc('"', out);
+		fputc((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f ? *p : ' ', out);
+	}
+	fputc('"', out);
+}
+
+static void csv_header(void)
+{
+	int c;
+
+	for (c = 0; c < C_N; c++)
+		fprintf(out, "%s%s", c ? "," : "", col_name[c]);
+	fputc('\n', out);
+}
+
+static void rec_write(void)
+{
+	int c;
+
+	if (csv_out) {
+		for (c = 0; c < C_N; c++) {
+			if (c)
+				fputc(',', out);
+			if (rec.set[c])
+				col_text[c] ? csv_str(rec.v[c]) : (void)fputs(rec.v[c], out);
+		}
+		fputc('\n', out);
+		return;
+	}
+	fputc('{', out);
+	for (c = 0; c < C_N; c++) {
+		if (!rec.set[c] && c >= C_NSCHEMA)
+			continue;
+		fprintf(out, "%s\"%s\":", c ? "," : "", col_name[c]);
+		if (!rec.set[c])
+			fputs("null", out);
+		else if (col_text[c])
+			json_str(rec.v[c], sizeof(rec.v[c]));
+		else
+			fputs(rec.v[c], out);
+	}
+	fputs("}\n", out);
+}
+
 static void fmt_addr(char *buf, size_t n, int family, const __u8 *a, __u16 port)
 {
 	char tmp[INET6_ADDRSTRLEN];
@@ -562,15 +682,12 @@ static void fmt_addr(char *buf, size_t n, int family, const __u8 *a, __u16 port)
 		snprintf(buf, n, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3], port);
 }
 
-#define KEY_U(k, cond, val) do { if (cond) fprintf(out, ",\"" k "\":%llu", (unsigned long long)(val)); \
-				  else fputs(",\"" k "\":null", out); } while (0)
-
 static int handle_event(void *ctx, void *data, size_t len)
 {
 	const struct istrace_event *e = data;
 	const struct evinfo *info;
-	char a[64], b[64], name[64], reason[96] = "";
-	bool have_reason = false;
+	char a[64], b[64], buf[112];
+	bool block, syscall;
 	__u32 f;
 
 	(void)ctx;
@@ -580,69 +697,79 @@ static int handle_event(void *ctx, void *data, size_t len)
 	}
 	info = &evinfo[e->type];
 	f = e->flags;
-	if (e->type == EV_SYS_ENTER || e->type == EV_SYS_EXIT)
-		snprintf(name, sizeof(name), "%s_%s", sys_name(e->reason), info->name);
-	else
-		snprintf(name, sizeof(name), "%s", info->name);
-
-	fprintf(out, "{\"ts_ns\":%lld,\"host\":", (long long)((__s64)e->ts_ns + clock_offset_ns));
-	json_str(opt.host, 64);
-	fprintf(out, ",\"layer\":\"%s\",\"event\":\"%s\",\"pid\":%u,\"comm\":", info->layer, name,
-		e->pid);
-	json_str(e->comm, sizeof(e->comm));
+	block = !strcmp(info->layer, "block");
+	syscall = !strcmp(info->layer, "syscall");
+	rec_clear();
+	put_i(C_TS, (__s64)e->ts_ns + clock_offset_ns);
+	put_s(C_HOST, opt.host);
+	put_s(C_LAYER, info->layer);
+	if (syscall) {
+		snprintf(buf, sizeof(buf), "%s_%s", sys_name(e->reason), info->name);
+		put_s(C_EVENT, buf);
+	} else {
+		put_s(C_EVENT, info->name);
+	}
+	put_u(C_PID, e->pid);
+	snprintf(buf, sizeof(buf), "%.*s", ISTRACE_COMM_LEN, e->comm);
+	put_s(C_COMM, buf);
 	if (f & F_CONN) {
 		/* initiator side first: the end not on the iSCSI port is the initiator */
 		bool local_is_target = opt.port && e->sport == opt.port;
 
 		fmt_addr(a, sizeof(a), e->family, e->saddr, e->sport);
 		fmt_addr(b, sizeof(b), e->family, e->daddr, e->dport);
-		fprintf(out, ",\"conn\":\"%s-%s\"", local_is_target ? b : a, local_is_target ? a : b);
-	} else {
-		fputs(",\"conn\":null", out);
+		snprintf(buf, sizeof(buf), "%.55s-%.55s", local_is_target ? b : a, local_is_target ? a : b);
+		put_s(C_CONN, buf);
+		if (e->cookie)
+			put_u(C_COOKIE, e->cookie);
 	}
-	KEY_U("cookie", (f & F_CONN) && e->cookie, e->cookie);
-	KEY_U("lba", (f & F_LBA) && strcmp(info->layer, "syscall"), e->lba);
-	KEY_U("bytes", f & F_BYTES, e->bytes);
-	KEY_U("itt", f & F_ITT, e->itt);
-	KEY_U("opcode", f & F_OPCODE && strcmp(info->layer, "block"), e->opcode);
-	KEY_U("seq", f & F_SEQ, e->seq);
-	KEY_U("ack", f & F_ACK, e->ack);
-	KEY_U("cwnd", f & F_CWND, e->cwnd);
-	KEY_U("ssthresh", f & F_CWND, e->ssthresh);
-	KEY_U("srtt_us", f & F_CWND, e->srtt_us);
+	if (f & F_LBA)
+		put_u(syscall ? C_OFFSET : C_LBA, e->lba);
+	if (f & F_BYTES)
+		put_u(C_BYTES, e->bytes);
+	if (f & F_ITT)
+		put_u(C_ITT, e->itt);
+	if ((f & F_OPCODE) && !block)
+		put_u(C_OPCODE, e->opcode);
+	if (f & F_SEQ)
+		put_u(C_SEQ, e->seq);
+	if (f & F_ACK)
+		put_u(C_ACK, e->ack);
+	if (f & F_CWND) {
+		put_u(C_CWND, e->cwnd);
+		put_u(C_SSTHRESH, e->ssthresh);
+		put_u(C_SRTT, e->srtt_us);
+		put_u(C_INFLIGHT, e->inflight);
+		put_u(C_SNDWND, e->snd_wnd);
+	}
+	if (f & (F_CWND | F_RWND))
+		put_u(C_RWND, e->rwnd);
 	if ((f & F_CA) && e->type != EV_SOCK_STATE)
-		fprintf(out, ",\"ca_state\":\"%s\"", ca_name(e->ca_state));
-	else
-		fputs(",\"ca_state\":null", out);
-	KEY_U("inflight", f & F_CWND, e->inflight);
-	KEY_U("rwnd", f & (F_CWND | F_RWND), e->rwnd);
-	KEY_U("snd_wnd", f & F_CWND, e->snd_wnd);
-	KEY_U("lat_ns", f & F_LAT, e->lat_ns);
+		put_s(C_CA, ca_name(e->ca_state));
+	if (f & F_LAT)
+		put_u(C_LAT, e->lat_ns);
 	if (f & F_DEV) {
-		if (!strcmp(info->layer, "block"))
-			fprintf(out, ",\"dev\":\"%u:%u\"", e->dev >> 20, e->dev & 0xfffff);
+		if (block)
+			snprintf(buf, sizeof(buf), "%u:%u", e->dev >> 20, e->dev & 0xfffff);
 		else
-			fprintf(out, ",\"dev\":\"ifindex:%u\"", e->dev);
-	} else {
-		fputs(",\"dev\":null", out);
+			snprintf(buf, sizeof(buf), "ifindex:%u", e->dev);
+		put_s(C_DEV, buf);
 	}
 	switch (e->type) {
 	case EV_SKB_DROP:
-		snprintf(reason, sizeof(reason), "%s", drop_reason_name(e->reason));
-		have_reason = true;
+		put_s(C_REASON, drop_reason_name(e->reason));
 		break;
 	case EV_SOCK_STATE:
-		snprintf(reason, sizeof(reason), "%s->%s", tcp_state(e->reason),
-			 tcp_state(e->ca_state));
-		have_reason = true;
+		snprintf(buf, sizeof(buf), "%s->%s", tcp_state(e->reason), tcp_state(e->ca_state));
+		put_s(C_REASON, buf);
 		break;
 	case EV_CONG_STATE:
-		snprintf(reason, sizeof(reason), "from %s", ca_name(e->reason));
-		have_reason = true;
+		snprintf(buf, sizeof(buf), "from %s", ca_name(e->reason));
+		put_s(C_REASON, buf);
 		break;
 	case EV_QDISC_ENQUEUE:
-		snprintf(reason, sizeof(reason), "qlen=%u", e->reason);
-		have_reason = true;
+		snprintf(buf, sizeof(buf), "qlen=%u", e->reason);
+		put_s(C_REASON, buf);
 		break;
 	case EV_BIO_QUEUE: case EV_BIO_SPLIT: case EV_BIO_MERGE:
 	case EV_RQ_ISSUE: case EV_RQ_COMPLETE: {
@@ -650,36 +777,28 @@ static int handle_event(void *ctx, void *data, size_t len)
 		const char *op = e->opcode < 4 ? ops[e->opcode] : "other";
 
 		if (e->type == EV_BIO_SPLIT)
-			snprintf(reason, sizeof(reason), "%s;split_at=%u", op, e->reason);
+			snprintf(buf, sizeof(buf), "%s;split_at=%u", op, e->reason);
 		else if (e->type == EV_BIO_MERGE)
-			snprintf(reason, sizeof(reason), "%s;%s", op, e->reason ? "front" : "back");
+			snprintf(buf, sizeof(buf), "%s;%s", op, e->reason ? "front" : "back");
 		else
-			snprintf(reason, sizeof(reason), "%s", op);
-		have_reason = true;
+			snprintf(buf, sizeof(buf), "%s", op);
+		put_s(C_REASON, buf);
 		break;
 	}
 	default:
 		break;
 	}
-	if (have_reason) {
-		fputs(",\"reason\":", out);
-		json_str(reason, sizeof(reason));
-	} else {
-		fputs(",\"reason\":null", out);
-	}
-	/* extra columns (schema: added at the end) */
-	fprintf(out, ",\"tid\":%u", e->tid);
+	put_u(C_TID, e->tid);
 	if (e->netns)
-		fprintf(out, ",\"netns\":%u", e->netns);
-	if ((f & F_LBA) && !strcmp(info->layer, "syscall"))
-		fprintf(out, ",\"offset\":%llu", (unsigned long long)e->lba);
+		put_u(C_NETNS, e->netns);
 	if (e->type == EV_SYS_ENTER)
-		fprintf(out, ",\"fd\":%d", e->status);
+		put_i(C_FD, e->status);
 	else if (e->type == EV_SYS_EXIT)
-		fprintf(out, ",\"ret\":%d", e->status);
+		put_i(C_RET, e->status);
 	else if (f & F_STATUS)
-		fprintf(out, ",\"status\":%d", e->status);
-	fputs(",\"source\":\"probe\"}\n", out);
+		put_i(C_STATUS, e->status);
+	put_s(C_SOURCE, "probe");
+	rec_write();
 	nevents++;
 	return 0;
 }
@@ -1080,6 +1199,25 @@ static void write_meta_line(void)
 	char why[600];
 
 	uname(&u);
+	if (csv_out) {
+		/* CSV has no room for the hook table: it is in the .meta.json beside the file */
+		csv_header();
+		rec_clear();
+		put_i(C_TS, ts_ns(CLOCK_REALTIME));
+		put_s(C_HOST, opt.host);
+		put_s(C_LAYER, "meta");
+		put_s(C_EVENT, "meta");
+		put_i(C_PID, getpid());
+		put_s(C_COMM, "istrace-probe");
+		snprintf(why, sizeof(why), "clock_offset_ns=%lld;clock_uncertainty_ns=%llu;kernel=%s",
+			 (long long)clock_offset_ns, (unsigned long long)(clock_width_ns / 2 + 1),
+			 u.release);
+		put_s(C_REASON, why);
+		put_s(C_SOURCE, "probe");
+		rec_write();
+		fflush(out);
+		return;
+	}
 	fprintf(out, "{\"ts_ns\":%lld,\"host\":", (long long)ts_ns(CLOCK_REALTIME));
 	json_str(opt.host, 64);
 	fprintf(out, ",\"layer\":\"meta\",\"event\":\"meta\",\"pid\":%d,\"comm\":\"istrace-probe\","
@@ -1135,11 +1273,21 @@ static unsigned long long read_lost(void)
 
 static void write_counter(const char *event, unsigned long long lost)
 {
-	fprintf(out, "{\"ts_ns\":%lld,\"host\":", (long long)ts_ns(CLOCK_REALTIME));
-	json_str(opt.host, 64);
-	fprintf(out, ",\"layer\":\"meta\",\"event\":\"%s\",\"pid\":%d,\"comm\":\"istrace-probe\","
-		"\"lost\":%llu,\"events\":%llu,\"bad\":%llu,\"source\":\"probe\"}\n", event, getpid(),
-		lost, nevents, nbad);
+	rec_clear();
+	put_i(C_TS, ts_ns(CLOCK_REALTIME));
+	put_s(C_HOST, opt.host);
+	put_s(C_LAYER, "meta");
+	put_s(C_EVENT, event);
+	put_i(C_PID, getpid());
+	put_s(C_COMM, "istrace-probe");
+	put_u(C_LOST, lost);
+	put_u(C_EVENTS, nevents);
+	if (nbad) {
+		snprintf(rec.v[C_REASON], sizeof(rec.v[C_REASON]), "%llu malformed records", nbad);
+		rec.set[C_REASON] = true;
+	}
+	put_s(C_SOURCE, "probe");
+	rec_write();
 }
 
 static void write_meta_json(unsigned long long lost, const char *state)
@@ -1378,6 +1526,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "istrace-probe: no kernel BTF (%s): tp_btf hooks unavailable\n",
 			strerror(errno));
 
+	{
+		size_t n = strlen(opt.out);
+
+		csv_out = opt.format ? !strcmp(opt.format, "csv")
+				     : n > 4 && !strcmp(opt.out + n - 4, ".csv");
+	}
 	out = fopen(opt.out, "w");
 	if (!out) {
 		fprintf(stderr, "istrace-probe: --out %s: %s\n", opt.out, strerror(errno));

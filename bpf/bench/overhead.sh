@@ -2,14 +2,17 @@
 # Probe overhead: istrace-gen read throughput on the namespace testbed with and without
 # every probe attached on both ends (all layers, tgtd uprobes, istrace-gen USDT), in one
 # run.  Rounds alternate (off, on, off, on, ...) so load from other work on the machine
-# hits both sides alike; the medians are compared.  Also reports the probes' lost events
-# (must be 0) and how many events each round produced.
+# hits both sides alike (odd rounds run the probed read first); the medians are compared.
+# On a machine shared with other work throughput is noisy, so it also reports the CPU the
+# BPF programs themselves used (kernel.bpf_stats_enabled during the probed reads), the
+# probes' lost events (must be 0) and how many events each round produced.
 #
 # usage: bpf/bench/overhead.sh [ROUNDS] [SECONDS] [SIZE] [DEPTH]
 #        defaults: 5 rounds of 3 s, 1M reads, queue depth 4.  Needs root and a build.
 # Env: ISTRACE_BENCH_NAME (testbed name, default obnch), ISTRACE_BENCH_OUT (keep files),
 #      ISTRACE_BENCH_PROBE_ARGS (extra istrace-probe options for both ends, e.g.
-#      "--layers tcp" to cost one layer alone).
+#      "--layers tcp" to cost one layer alone), ISTRACE_BENCH_CONTROL=1 (A/A run: no probes
+#      in the "with" rounds, to see the noise of the machine).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${1:-5} SECONDS_PER=${2:-3} SIZE=${3:-1M} DEPTH=${4:-4}
@@ -32,6 +35,7 @@ out = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="istrace-overhead-"))
 out.mkdir(parents=True, exist_ok=True)
 gen = binary("istrace-gen")
 extra = os.environ.get("ISTRACE_BENCH_PROBE_ARGS", "").split()
+control = os.environ.get("ISTRACE_BENCH_CONTROL") == "1"  # A/A: no probes in "on" rounds
 
 
 def read(tb: Testbed) -> float:
@@ -43,21 +47,49 @@ def read(tb: Testbed) -> float:
     return float(json.loads(r.stdout.strip().splitlines()[-1])["mb_s"])
 
 
+PROGS = ("tcp_probe", "cong_state", "retransmit", "sock_state", "rcv_space", "kfree_skb",
+         "qdisc_enqueue", "bio_", "rq_", "sys_", "usdt_", "tgt_", "lib_")
+
+
+def bpf_run_ns() -> dict[int, int]:
+    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
+                         check=False).stdout
+    return {p["id"]: int(p.get("run_time_ns", 0)) for p in json.loads(out or "[]")
+            if str(p.get("name", "")).startswith(PROGS)}
+
+
 results: dict[str, list[float]] = {"off": [], "on": []}
-events, lost = [], []
+events, lost, bpf_cpu = [], [], []
 with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
     state = testbed_state.load(name) or tb.state
     tgtd = next(p["pid"] for p in state["pids"] if p["what"] == "tgtd")
     read(tb)  # warm-up: login path, page cache of the LUN
+    subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=False)
+    import atexit
+    atexit.register(subprocess.run, ["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=False)
     for i in range(rounds):
-        results["off"].append(read(tb))
+        if i % 2 == 0:
+            results["off"].append(read(tb))
         pi = Probe(out / f"ini-{i}.jsonl", ["--host", "initiator", "--netns", tb.ini_ns,
                                             "--usdt", str(gen), *extra])
         pt = Probe(out / f"tgt-{i}.jsonl", ["--host", "target", "--netns", tb.tgt_ns,
                                             "--tgtd", str(tgtd), "--block-dev", tb.lun_path,
                                             *extra])
+        if control:
+            pi.start = pt.start = lambda: None  # type: ignore[method-assign]
+            pi.stop = pt.stop = lambda: 0  # type: ignore[method-assign]
+            pi.out.write_text('{"event":"end","events":0,"lost":0}\n')
+            pt.out.write_text('{"event":"end","events":0,"lost":0}\n')
         with pi, pt:
+            before = bpf_run_ns()
+            t0 = time.monotonic()
             results["on"].append(read(tb))
+            wall = time.monotonic() - t0
+            after = bpf_run_ns()
+        # CPU seconds the probes' programs ran per second of the read
+        bpf_cpu.append(sum(v - before.get(k, 0) for k, v in after.items()) / 1e9 / wall)
+        if i % 2 == 1:
+            results["off"].append(read(tb))
         n_ev = n_lost = 0
         for f in (pi.out, pt.out):
             end = json.loads(f.read_text().splitlines()[-1])
@@ -66,18 +98,23 @@ with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
         events.append(n_ev)
         lost.append(n_lost)
         print(f"round {i + 1}/{rounds}: off {results['off'][-1]:.1f} MB/s, "
-              f"on {results['on'][-1]:.1f} MB/s, {n_ev} events, {n_lost} lost", flush=True)
+              f"on {results['on'][-1]:.1f} MB/s, {n_ev} events, {n_lost} lost, "
+              f"BPF CPU {100 * bpf_cpu[-1]:.2f}% of one CPU", flush=True)
         if not keep:
             for f in (pi.out, pt.out):
                 f.unlink(missing_ok=True)
+subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=False)
 off, on = statistics.median(results["off"]), statistics.median(results["on"])
+cpu = statistics.median(bpf_cpu)
 loss = 100.0 * (off - on) / off
 rate = statistics.median(events) / secs
 print(f"median without probes {off:.1f} MB/s, with all probes {on:.1f} MB/s: "
-      f"overhead {loss:+.1f}% of throughput; {rate:.0f} events/s; lost events {sum(lost)}")
+      f"overhead {loss:+.1f}% of throughput; BPF programs {100 * cpu:.2f}% of one CPU; "
+      f"{rate:.0f} events/s; lost events {sum(lost)}")
 print(json.dumps({"rounds": rounds, "seconds": secs, "size": size, "depth": depth,
                   "mb_s_off": results["off"], "mb_s_on": results["on"],
                   "median_off": off, "median_on": on, "overhead_pct": round(loss, 2),
-                  "events_per_round": events, "lost": sum(lost)}))
+                  "events_per_round": events, "lost": sum(lost),
+                  "bpf_cpu_share": [round(c, 5) for c in bpf_cpu]}))
 sys.exit(0 if sum(lost) == 0 else 1)
 PY

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
@@ -55,11 +56,15 @@ _INT_COLS = ["ts_ns", "pid", "cookie", "lba", "bytes", "itt", "opcode", "seq", "
 _STR_COLS = ["host", "layer", "event", "comm", "conn", "ca_state", "dev", "reason", "source",
              "dir", "cdb_name", "flags"]
 
-_EVENT_FIELDS = EVENT_COLUMNS + ["source", "tid", "status", "fd", "ret", "offset", "netns", "lost"]
+_EVENT_FIELDS = EVENT_COLUMNS + ["tid", "netns", "fd", "ret", "offset", "status", "source",
+                                 "lost"]
 _EVENT_SCHEMA = pa.schema([
     pa.field(c, pa.string() if c in _STR_COLS else pa.uint64() if c == "cookie" else pa.int64())
     for c in _EVENT_FIELDS
 ])
+
+MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int64())
+                           for c in MERGED_COLUMNS])
 
 SEQ_MOD = 1 << 32
 
@@ -83,34 +88,72 @@ class ClockEstimate:
 
 # ----------------------------------------------------------------------------- loading
 
-def load_events(path: Path) -> tuple[pd.DataFrame, dict[str, Any], int]:
-    """Probe events (meta lines removed), the stream's meta record, and the lost count."""
+def events_file(d: Path, host: str) -> Path:
+    """DIR/events-HOST.jsonl or .csv (istrace probe --format); the newer when both exist."""
+    cands = [p for p in (d / f"events-{host}.jsonl", d / f"events-{host}.csv") if p.is_file()]
+    if not cands:
+        return d / f"events-{host}.jsonl"
+    return max(cands, key=lambda p: p.stat().st_mtime)
+
+
+def _read_csv_events(data: bytes) -> pa.Table:
+    names = [f.name for f in _EVENT_SCHEMA]
+    return pacsv.read_csv(
+        pa.BufferReader(data),
+        read_options=pacsv.ReadOptions(block_size=1 << 24),
+        convert_options=pacsv.ConvertOptions(
+            column_types={f.name: f.type for f in _EVENT_SCHEMA},
+            include_columns=None, strings_can_be_null=True,
+            quoted_strings_can_be_null=False),
+    ).select([n for n in names if n != "lost"] + ["lost"]) if data else pa.table({})
+
+
+def load_events_table(path: Path) -> tuple[pa.Table, dict[str, Any], int]:
+    """Probe events as an Arrow table (meta rows removed), the stream's meta, lost count."""
+    empty = pa.table({f.name: pa.array([], f.type) for f in _EVENT_SCHEMA})
     if not path.is_file() or path.stat().st_size == 0:
-        return pd.DataFrame(columns=EVENT_COLUMNS), {}, 0
-    with open(path, encoding="utf-8") as f:
-        first = f.readline()
+        return empty, {}, 0
     meta: dict[str, Any] = {}
-    try:
-        rec = json.loads(first)
-        if rec.get("event") == "meta":
-            meta = rec
-    except json.JSONDecodeError:
-        pass
     data = path.read_bytes()
     if not data.endswith(b"\n"):  # a loader killed mid-line: drop the partial line
         data = data[: data.rfind(b"\n") + 1]
-    table = pajson.read_json(
-        pa.BufferReader(data),
-        read_options=pajson.ReadOptions(block_size=1 << 24),
-        parse_options=pajson.ParseOptions(explicit_schema=_EVENT_SCHEMA,
-                                          unexpected_field_behavior="ignore"),
-    )
+    if not data:
+        return empty, {}, 0
+    if path.suffix == ".csv":
+        table = _read_csv_events(data)
+        side = path.with_suffix(".meta.json")
+        if side.is_file():
+            try:
+                meta = json.loads(side.read_text())
+            except ValueError:
+                meta = {}
+    else:
+        first = data[: data.find(b"\n") + 1]
+        try:
+            rec = json.loads(first) if first else {}
+            if rec.get("event") == "meta":
+                meta = rec
+        except json.JSONDecodeError:
+            pass
+        table = pajson.read_json(
+            pa.BufferReader(data),
+            read_options=pajson.ReadOptions(block_size=1 << 24),
+            parse_options=pajson.ParseOptions(explicit_schema=_EVENT_SCHEMA,
+                                              unexpected_field_behavior="ignore"),
+        )
+    is_meta = pc.fill_null(pc.equal(table["layer"], "meta"), False)
+    counters = table.filter(pc.and_(is_meta, pc.is_in(table["event"],
+                                                      value_set=pa.array(["lost", "end"]))))
+    top = pc.max(counters["lost"]).as_py() if counters.num_rows else None
+    table = table.filter(pc.invert(is_meta)).drop_columns(["lost"])
+    return table, meta, int(top or 0)
+
+
+def load_events(path: Path) -> tuple[pd.DataFrame, dict[str, Any], int]:
+    """load_events_table as a pandas frame (nullable integer columns)."""
+    table, meta, lost = load_events_table(path)
     df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(),
                                        pa.uint64(): pd.UInt64Dtype()}.get)
-    is_meta = df["layer"] == "meta"
-    lost_rows = df.loc[is_meta & df["event"].isin(["lost", "end"]), "lost"]
-    lost = int(lost_rows.max()) if lost_rows.notna().any() else 0
-    df = df.loc[~is_meta].drop(columns=["lost"]).reset_index(drop=True)
     df["cookie"] = df["cookie"].astype("Int64")
     return df, meta, lost
 
@@ -342,6 +385,17 @@ def _segment_rows(segs: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def _conform(t: pa.Table) -> pa.Table:
+    """A table with exactly MERGED_SCHEMA's columns (missing ones null)."""
+    cols = []
+    for f in MERGED_SCHEMA:
+        if f.name in t.column_names:
+            cols.append(pc.cast(t[f.name], f.type))
+        else:
+            cols.append(pa.nulls(t.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=MERGED_SCHEMA)
+
+
 def _normalise(df: pd.DataFrame) -> pd.DataFrame:
     for c in MERGED_COLUMNS:
         if c not in df:
@@ -374,14 +428,16 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
     notes: list[str] = []
     if not d.is_dir():
         raise MergeError(f"{d}: not a directory")
-    events: dict[str, pd.DataFrame] = {}
+    events: dict[str, pa.Table] = {}
     lost: dict[str, int] = {}
     for h in HOSTS:
-        df, meta, n_lost = load_events(d / f"events-{h}.jsonl")
-        events[h] = df
+        path = events_file(d, h)
+        say(f"merge: reading {path.name}")
+        table, _meta, n_lost = load_events_table(path)
+        events[h] = table
         lost[h] = n_lost
-        if not (d / f"events-{h}.jsonl").is_file():
-            notes.append(f"no events-{h}.jsonl")
+        if not path.is_file():
+            notes.append(f"no events-{h}.jsonl (or .csv)")
         if n_lost:
             notes.append(f"{h}: the probe lost {n_lost} events (ring buffer full)")
     segs: dict[str, pd.DataFrame] = {}
@@ -418,33 +474,45 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
     bound = int(clock.bound_ns or 0)
     slack = max(2_000_000, 2 * bound)
 
-    parts: list[pd.DataFrame] = []
+    parts: list[pa.Table] = []
     for h in HOSTS:
-        ev = events[h].copy()
-        if not ev.empty:
-            ev["source"] = ev["source"].fillna("probe")
-            parts.append(ev)
+        if events[h].num_rows:
+            parts.append(_conform(events[h]))
         pdus, _cmds = decoded[h]
         if pdus is not None and not pdus.empty:
-            parts.append(_pdu_rows(pdus, h))
+            parts.append(pa.Table.from_pandas(_normalise(_pdu_rows(pdus, h)),
+                                              schema=MERGED_SCHEMA, preserve_index=False))
         if not segs[h].empty:
-            parts.append(_segment_rows(segs[h]))
+            parts.append(pa.Table.from_pandas(_normalise(_segment_rows(segs[h])),
+                                              schema=MERGED_SCHEMA, preserve_index=False))
     if not parts:
         raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
-    df = pd.concat([_normalise(p) for p in parts], ignore_index=True)
-    is_tgt = (df["host"] == "target").to_numpy(dtype=bool, na_value=False)
-    ts = df["ts_ns"].to_numpy(dtype=np.int64, na_value=0)
-    df["ts_ns_merged"] = pd.array(np.where(is_tgt, ts - off, ts), dtype="Int64")
-
+    say("merge: joining")
+    table = pa.concat_tables(parts).combine_chunks()
+    is_tgt = pc.fill_null(pc.equal(table["host"], "target"), False)
+    ts = table["ts_ns"]
+    table = table.set_column(table.schema.get_field_index("ts_ns_merged"), "ts_ns_merged",
+                             pc.if_else(is_tgt, pc.subtract(ts, off), ts))
     # direction of probe TCP events: the socket's own sending direction
-    tcp_ev = (df["source"] == "probe") & df["conn"].notna() & df["layer"].isin(["tcp", "net"])
-    df.loc[tcp_ev & (df["host"] == "initiator"), "dir"] = "i2t"
-    df.loc[tcp_ev & (df["host"] == "target"), "dir"] = "t2i"
+    tcp_ev = pc.fill_null(pc.and_(pc.and_(pc.equal(table["source"], "probe"),
+                                          pc.is_valid(table["conn"])),
+                                  pc.is_in(table["layer"], value_set=pa.array(["tcp", "net"]))),
+                          False)
+    table = table.set_column(table.schema.get_field_index("dir"), "dir",
+                             pc.if_else(tcp_ev, pc.if_else(is_tgt, "t2i", "i2t"), table["dir"]))
 
     ini_pdus, ini_cmds = decoded["initiator"]
     tgt_pdus, _ = decoded["target"]
+    have_cmds = ini_pdus is not None and "cmd" in ini_pdus and ini_cmds is not None
+    # the columns the cmd_id rules look at, in pandas (strings as categoricals: cheap)
+    need = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt", "bytes",
+            "ts_ns_merged", "offset", "pdu"] if have_cmds else ["ts_ns"]
+    key = pa.table({c: (pc.dictionary_encode(table[c]) if c in _STR_COLS else table[c])
+                    for c in need})
+    df = key.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     cmd = pd.Series(pd.NA, index=df.index, dtype="Int64")
-    if ini_pdus is not None and "cmd" in ini_pdus and ini_cmds is not None:
+    if have_cmds:
+        assert ini_pdus is not None and ini_cmds is not None
         commands = ini_cmds.copy()
         if "cmd" not in commands:
             commands["cmd"] = np.arange(len(commands))
@@ -486,16 +554,17 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
             cmd[off_rows] = by_off.where(by_off.notna(), cmd[off_rows])
     else:
         notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")
-    df["cmd_id"] = cmd
-
-    df = df.sort_values("ts_ns_merged", kind="stable", na_position="last").reset_index(drop=True)
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    pq.write_table(table, d / "merged.parquet", compression="zstd")
+    table = table.set_column(table.schema.get_field_index("cmd_id"), "cmd_id",
+                             pa.array(cmd, type=pa.int64(), from_pandas=True))
+    say("merge: sorting and writing")
+    order = pc.sort_indices(table, sort_keys=[("ts_ns_merged", "ascending")])
+    table = table.take(order)
+    pq.write_table(table, d / "merged.parquet", compression="lz4")
     if write_csv:
         pacsv.write_csv(table, d / "merged.csv")
     clock_doc = asdict(clock)
     clock_doc["notes"] = [n for n in notes if "clock" in n]
     (d / "clock.json").write_text(json.dumps(clock_doc, indent=2) + "\n")
-    counts = {f"{h}/{layer}": int(n)
-              for (h, layer), n in df.groupby(["host", "layer"]).size().items()}
-    return MergeResult(len(df), clock, lost, counts, notes)
+    groups = table.group_by(["host", "layer"]).aggregate([("ts_ns", "count")]).to_pylist()
+    counts = {f"{g['host']}/{g['layer']}": int(g["ts_ns_count"]) for g in groups}
+    return MergeResult(table.num_rows, clock, lost, counts, notes)
