@@ -74,7 +74,8 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
 
 
 def _decoded_dirs(d: Path, host: str) -> list[Path]:
-    out = [d / "decoded" / host, d / f"decode-{host}", d / host, d / "decoded-fallback" / host]
+    out = [d / "decoded" / host, d / f"decoded-{host}", d / f"decode-{host}", d / host,
+           d / "decoded-fallback" / host]
     if host == "initiator":
         out += [d, d / "decoded"]
     return out
@@ -187,15 +188,17 @@ def track_capture(cap: Capture) -> track.TrackResult:
 def _capture_drop_warnings(cap: Capture) -> None:
     """Capture drops (tcpdump 'dropped by kernel') from meta.json or tcpdump logs."""
     drops: dict[str, int] = {}
-
-    def walk(obj: object, path: str) -> None:
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                walk(v, f"{path}.{k}" if path else str(k))
-        elif isinstance(obj, int | float) and "drop" in path.lower():
-            drops[path] = int(obj)
-
-    walk(cap.meta, "")
+    unwritten: dict[str, int] = {}
+    caps = cap.meta.get("captures") if isinstance(cap.meta.get("captures"), dict) else {}
+    for host, c in (caps or {}).items():
+        if isinstance(c, dict):
+            n = sum(int(v) for k, v in c.items() if "drop" in k and isinstance(v, int | float))
+            drops[f"meta.json captures.{host}"] = n
+    for host in ("initiator", "target"):  # simple layouts: meta {"capture": {host: {dropped}}}
+        c = (cap.meta.get("capture") or {}).get(host) if isinstance(
+            cap.meta.get("capture"), dict) else None
+        if isinstance(c, dict) and isinstance(c.get("dropped"), int | float):
+            drops[f"meta.json capture.{host}"] = int(c["dropped"])
     for log in sorted(cap.dir.glob("*tcpdump*.log")) + sorted(cap.dir.glob("*tcpdump*.err")):
         got: dict[str, int] = {}
         for line in log.read_text(errors="replace").splitlines():
@@ -205,13 +208,32 @@ def _capture_drop_warnings(cap: Capture) -> None:
                         got[key] = int(line.split()[0])
                     except ValueError:
                         pass
-        if "dropped by kernel" in got:
+        if "dropped by kernel" in got and not caps:
             drops[log.name] = got["dropped by kernel"]
-        # Packets the filter took but tcpdump never wrote: it was stopped while lagging.
         lost = got.get("received by filter", 0) - got.get("packets captured", 0)
         if "packets captured" in got and lost > 0:
-            drops[f"{log.name}: received by filter but not written"] = lost
+            unwritten[log.name] = lost
     for where, n in drops.items():
         if n > 0:
             cap.warnings.append(f"CAPTURE DROPS: {n} packets dropped ({where}) - the pcap "
                                 "misses packets; PDU and TCP figures are incomplete")
+    for where, n in unwritten.items():
+        cap.warnings.append(f"{where}: {n} packets matched the filter but were not written "
+                            "(usually the last ones, still queued when tcpdump stopped)")
+    path = cap.meta.get("path_stats")
+    if isinstance(path, dict):
+        lost = {k: v for k, v in _flat(path).items() if "drop" in k and isinstance(
+            v, int | float) and v > 0}
+        if lost:
+            cap.warnings.append("emulated path dropped packets (network loss, not capture "
+                                "loss): " + ", ".join(f"{k}={int(v)}" for k, v in lost.items()))
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    else:
+        out[prefix] = obj
+    return out

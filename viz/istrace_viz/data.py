@@ -355,7 +355,11 @@ def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> d
         out["block"] = mode(bl["bytes"])
     if commands is not None and not commands.empty:
         col = "xfer_bytes" if "xfer_bytes" in commands.columns else "edtl"
-        out["scsi_command"] = mode(commands[col]) if col in commands.columns else None
+        c = commands
+        if "cdb_name" in c.columns:  # data transfers only, not INQUIRY / READ CAPACITY
+            rw = c["cdb_name"].astype(str).str.match(r"^(READ|WRITE)\(\d+\)$")
+            c = c[rw.to_numpy(dtype=bool)] if rw.any() else c
+        out["scsi_command"] = mode(c[col]) if col in c.columns else None
     return out
 
 
