@@ -78,7 +78,13 @@ def plot_delay_sweep(df: pd.DataFrame, path: Path, title: str) -> Path:
                     ys.append(model.seq_read_throughput(size, d / 1e3, lower[d] * MB) / MB)
             if xs and qi == len(queues) - 1:
                 ax.plot(xs, ys, "--", lw=0.9, color=color, alpha=0.7)
-    ax.plot([], [], "--", color="gray", lw=0.9, label="eq. (1) model, lower = socket")
+                if size == min(float(v) for v in df["size"]):
+                    # The same model paying one round trip (2 one-way delays) per command.
+                    rt = [model.seq_read_throughput(size, d / 1e3, lower[d] * MB, 2.0) / MB
+                          for d in xs]
+                    ax.plot(xs, rt, "-.", lw=0.9, color="gray",
+                            label=f"eq. (1) with 2 delays, {name}")
+    ax.plot([], [], "--", color="gray", lw=0.9, label="eq. (1) model (4 delays), lower = socket")
     ax.set_yscale("log")
     _delay_axis(ax, sorted(df["delay_ms"].unique()))
     ax.set_ylabel("throughput (MB/s)")
