@@ -3,6 +3,7 @@ digests, writes read back, and the socket baseline."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -162,7 +163,6 @@ def test_socket_baseline(tb: Bed) -> None:
                                "--time", "1", "--queue-depth", "2", "--json", "--quiet",
                                *extra], capture_output=True, timeout=30)
             assert proc.returncode == 0, proc.stderr
-            import json
             s = json.loads(proc.stdout.strip().splitlines()[-1])
             assert s["mode"] == "socket" and s["stream"] == bool(extra)
             assert s["bytes"] >= 4 << 20 and s["bytes"] % (4 << 20) == 0
@@ -198,3 +198,23 @@ def test_answers_nop_in_pings(tb: Bed) -> None:
         for key, _, off in settings:
             tgtadm(tb, "--op", "update", "--mode", "target", "--tid", "1", "--name", key,
                    "--value", off)
+
+
+def test_socket_baseline_ipv6_loopback(tb: Bed) -> None:
+    # IPv6 addressing ([addr]:port) through the same connect code, inside one namespace
+    assert tb.run_ini(["ip", "link", "set", "lo", "up"]).returncode == 0
+    port = 34978
+    srv = tb.popen_ini([gen_binary(), "--serve", f"[::1]:{port}"], stderr=subprocess.PIPE,
+                       text=True)
+    try:
+        line = srv.stderr.readline() if srv.stderr else ""
+        assert "serving on ::1" in line
+        proc = tb.run_ini([gen_binary(), "--socket", f"[::1]:{port}", "--size", "64k",
+                           "--count", "50", "--json", "--quiet"], capture_output=True,
+                          timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        s = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert s["commands"] == 50 and s["bytes"] == 50 * 65536
+    finally:
+        srv.terminate()
+        srv.wait(timeout=10)
