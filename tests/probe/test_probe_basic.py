@@ -171,3 +171,31 @@ def test_clock_estimate_never_silently_zero(tmp_path: Path) -> None:
     assert any("clock offset unknown" in n for n in r.notes)
     clock = json.loads((tmp_path / "clock.json").read_text())
     assert clock["offset_ns"] is None and clock["method"] == "none"
+
+
+def test_csv_stream_has_the_jsonl_columns(tmp_path: Path) -> None:
+    """--format csv: same columns as the JSON lines, and the merger reads either."""
+    stop = threading.Event()
+    t = threading.Thread(target=_loopback_traffic, args=(stop,), daemon=True)
+    outs = {}
+    t.start()
+    try:
+        for fmt in ("csv", "jsonl"):
+            out = tmp_path / f"events-initiator.{fmt}"
+            r = run_probe("--out", str(out), "--layers", "tcp", "--port", "0",
+                          "--duration", "0.7")
+            assert r.returncode == 0, r.stderr
+            outs[fmt] = load_events(out)
+    finally:
+        stop.set()
+        t.join()
+    (csv_df, csv_meta, csv_lost), (js_df, js_meta, js_lost) = outs["csv"], outs["jsonl"]
+    assert len(csv_df) > 5 and len(js_df) > 5
+    assert list(csv_df.columns) == list(js_df.columns)
+    assert csv_lost == js_lost == 0
+    assert csv_meta["hooks"]["tcp_probe"] == "tp_btf" == js_meta["hooks"]["tcp_probe"]
+    row = csv_df[csv_df["event"] == "tcp_probe"].iloc[0]
+    assert row["cwnd"] > 0 and row["ca_state"] in ("Open", "Disorder", "CWR", "Recovery", "Loss")
+    (tmp_path / "events-initiator.jsonl").unlink()
+    r = merge_dir(tmp_path, log=lambda m: None)
+    assert r.rows == len(csv_df)
