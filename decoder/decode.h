@@ -19,7 +19,6 @@ struct decode_opts {
 	uint16_t ports[DECODE_MAX_PORTS]; /* iSCSI target ports; default {3260} */
 	int n_ports;
 	uint32_t block_size; /* default block size until READ CAPACITY says otherwise */
-	int want_data;       /* keep 48 raw BHS bytes in each record (for -v) -- always kept */
 };
 
 /* Which optional PDU fields are present (schema columns that may be empty). */
