@@ -40,8 +40,7 @@ enum {
 	N_REORDER = 1u << 5,    /* out-of-order segment reassembled */
 	N_INCOMPLETE = 1u << 6, /* capture ended inside this PDU */
 	N_NOCMD = 1u << 7,      /* task tag does not match a command seen in the capture */
-	N_KVTRUNC = 1u << 8,    /* key=value text longer than kept; cut */
-	N_HDIGEST_UNK = 1u << 9 /* header digest presence guessed (no login seen) */
+	N_KVTRUNC = 1u << 8,    /* key=value data cut: only whole pairs shown and applied */
 };
 
 enum { DIR_I2T = 0, DIR_T2I = 1 };

@@ -287,7 +287,7 @@ static void notes_text(uint32_t n, char *buf, size_t len)
 {
 	static const char *const names[] = {"resync", "truncated", "gap", "retransmit",
 					    "overlap", "reorder", "incomplete", "no-command",
-					    "kv-truncated", "digest-guessed"};
+					    "kv-truncated"};
 	size_t at = 0;
 	buf[0] = 0;
 	for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
