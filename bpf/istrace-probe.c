@@ -1016,7 +1016,13 @@ static int open_and_load(void)
 		return -2;
 	}
 	skel->rodata->cfg = filt;
-	bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
+	{
+		__u32 size = 1u << 20; /* ring buffers are a power of two pages */
+
+		while (size < ((__u32)opt.ringbuf_mb << 20))
+			size <<= 1;
+		bpf_map__set_max_entries(skel->maps.events, size);
+	}
 	bpf_object__for_each_program(p, skel->obj) {
 		struct hook *h = hook_of_prog(bpf_program__name(p), &j);
 
