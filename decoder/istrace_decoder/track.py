@@ -76,24 +76,12 @@ def _unwrap(values: np.ndarray, base: int) -> np.ndarray:
 # exact: probe events
 
 
-def _probe_dir(ev: pd.DataFrame) -> np.ndarray:
-    """The data direction a sender-side TCP event describes: the host's own sending side."""
-    if "dir" in ev.columns and ev["dir"].notna().all():
-        return ev["dir"].astype(str).to_numpy(dtype=object)
-    return np.where(ev["host"].to_numpy(dtype=object) == "target", "t2i", "i2t").astype(object)
-
-
 def _num(frame: pd.DataFrame, name: str) -> np.ndarray | None:
     """A numeric column as float64 with NaN for missing (nullable ints included)."""
     if name not in frame.columns:
         return None
     return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=np.float64,
                                                                  na_value=np.nan)
-
-
-def _cat(values: np.ndarray | pd.Series) -> pd.Categorical:
-    """Labels as a categorical: big tables of a few distinct strings stay fast."""
-    return pd.Categorical(values)
 
 
 def _const(n: int, value: str) -> pd.Categorical:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from istrace_cli.paths import binary
 from istrace_cli.testbed import Testbed, TestbedConfig
-from istrace_viz import data, plot_cli, report
+from istrace_viz import data, pdu_fallback, plot_cli, report
 from istrace_viz.capture import load_capture
 
 N_CMDS, SIZE = 6, 1 << 20
@@ -145,3 +145,22 @@ def test_report_on_real_capture(real):
     assert not [w for w in diag["warnings"] if "DROPS" in w]
     tr = json.loads((out / "trace.json").read_text())["traceEvents"]
     assert any(e["ph"] == "X" for e in tr)
+
+
+def test_python_fallback_decoder_agrees(real):
+    """The minimal PDU reader used when the C decoder is absent: same PDUs as tshark, same
+    commands as the C decoder."""
+    out, _ = real
+    pdus, cmds, notes = pdu_fallback.decode_pcap(out / "initiator.pcap")
+    assert not notes
+    ops = _tshark(out / "initiator.pcap", "-Y", "iscsi", "-T", "fields", "-e", "iscsi.opcode")
+    flat = [int(o, 16) for line in ops for o in line.split(",")]
+    assert len(pdus) == len(flat)
+    assert sorted(pdus["opcode"].tolist()) == sorted(flat)
+    reads = cmds[cmds["cdb_name"] == "READ(10)"]
+    assert len(reads) == N_CMDS and (reads["bytes_in"] == SIZE).all()
+    assert reads["resp_ts_ns"].notna().all() and (reads["outstanding"] == 1).all()
+    c = load_capture(out).commands["initiator"]
+    c = c[c["cdb_name"].astype(str).str.startswith("READ(")]
+    assert reads["issue_ts_ns"].tolist() == c["issue_ts_ns"].astype("int64").tolist()
+    assert reads["lba"].astype(int).tolist() == c["lba"].astype(int).tolist()

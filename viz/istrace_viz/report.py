@@ -149,7 +149,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
             say(f"{len(rtx)} retransmissions; commands hit: "
                 f"{', '.join(str(int(c)) for c in hit['cmd'][:20]) or 'unknown (no PDUs)'}"
                 f"{' ...' if len(hit) > 20 else ''}. Cause: {cause}.")
-        elif st.empty:
+        elif st.empty and not cap.track.samples.empty:
             say("No TCP loss, retransmission or congestion episode seen.")
     return out
 
