@@ -581,7 +581,7 @@ static void rec_clear(void)
 
 static void put_s(enum col c, const char *s)
 {
-	snprintf(rec.v[c], sizeof(rec.v[c]), "%s", s);
+	snprintf(rec.v[c], sizeof(rec.v[c]), "%.*s", (int)sizeof(rec.v[c]) - 1, s);
 	rec.set[c] = true;
 }
 
@@ -1296,34 +1296,70 @@ static void write_counter(const char *event, unsigned long long lost)
 	rec_write();
 }
 
+static void json_fstr(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20 || c >= 0x7f)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+/* <out minus extension>.meta.json: totals and hook verdicts, replaced atomically */
 static void write_meta_json(unsigned long long lost, const char *state)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], tmp[PATH_MAX + 8], why[600];
 	const char *dot = strrchr(opt.out, '.');
 	size_t n = dot && !strchr(dot, '/') ? (size_t)(dot - opt.out) : strlen(opt.out);
+	struct utsname u;
 	FILE *f;
 	size_t i;
 	int first = 1;
 
 	snprintf(path, sizeof(path), "%.*s.meta.json", (int)n, opt.out);
-	f = fopen(path, "w");
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	f = fopen(tmp, "w");
 	if (!f)
 		return;
-	fprintf(f, "{\n  \"host\": \"%s\",\n  \"state\": \"%s\",\n  \"events\": %llu,\n"
+	uname(&u);
+	fputs("{\n  \"host\": ", f);
+	json_fstr(f, opt.host);
+	fprintf(f, ",\n  \"state\": \"%s\",\n  \"format\": \"%s\",\n  \"events\": %llu,\n"
 		"  \"lost\": %llu,\n  \"clock_offset_ns\": %lld,\n  \"clock_uncertainty_ns\": %llu,\n"
-		"  \"hooks\": {", opt.host, state, nevents, lost, (long long)clock_offset_ns,
-		(unsigned long long)(clock_width_ns / 2 + 1));
+		"  \"clock_method\": \"bpf_ktime_get_ns (CLOCK_MONOTONIC) + offset measured at load\",\n"
+		"  \"kernel\": ", state, csv_out ? "csv" : "jsonl", nevents, lost,
+		(long long)clock_offset_ns, (unsigned long long)(clock_width_ns / 2 + 1));
+	json_fstr(f, u.release);
+	fprintf(f, ",\n  \"netns\": %u,\n  \"port\": %d,\n  \"hooks\": {", filt.netns, opt.port);
 	for (i = 0; i < NHOOKS; i++) {
 		const struct hook *h = &hooks[i];
 
-		if (!h->wanted)
+		if (!h->wanted && !h->off_reason[0])
 			continue;
-		fprintf(f, "%s\n    \"%s\": \"%s\"", first ? "" : ",", h->name,
-			h->link ? kind_name[h->v[h->chosen].kind] : "not attached");
+		fprintf(f, "%s\n    \"%s\": ", first ? "" : ",", h->name);
 		first = 0;
+		if (h->link && h->chosen >= 0) {
+			fprintf(f, "\"%s\"", kind_name[h->v[h->chosen].kind]);
+		} else {
+			char line[640];
+
+			hook_why(h, why, sizeof(why));
+			snprintf(line, sizeof(line), "not attached: %s", why);
+			json_fstr(f, line);
+		}
 	}
 	fprintf(f, "\n  }\n}\n");
-	fclose(f);
+	if (fclose(f) == 0)
+		rename(tmp, path);
+	else
+		unlink(tmp);
 }
 
 /* ------------------------------------------------------------------ setup helpers */
@@ -1573,8 +1609,9 @@ int main(int argc, char **argv)
 	}
 	measure_clock();
 	report_hooks();
-	write_meta_line();
+	/* the side file first: a reader that sees the stream's meta line finds it complete */
 	write_meta_json(0, "running");
+	write_meta_line();
 	for (i = 0; i < NHOOKS; i++)
 		any |= hooks[i].link != NULL;
 	fprintf(stderr, "istrace-probe: streaming to %s%s\n", opt.out,

@@ -36,12 +36,25 @@ def main(argv: list[str]) -> int:
 
 
 def read_meta(path: str | Path) -> dict[str, Any] | None:
-    """The `meta` line of an event stream (clock offset, hooks), or None if not written yet."""
+    """The `meta` record of an event stream (clock offset, hooks), None if not written yet.
+
+    JSON lines carry it as their first line; a CSV stream has a `meta` row after the
+    header and the details in the `.meta.json` beside it (written before that row)."""
+    path = Path(path)
     try:
         with open(path, encoding="utf-8") as f:
             first = f.readline()
+            second = f.readline() if path.suffix == ".csv" else ""
     except OSError:
         return None
+    if path.suffix == ".csv":
+        if not second.endswith("\n") or ",meta,meta," not in second:
+            return None
+        try:
+            side = json.loads(path.with_suffix(".meta.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return {"event": "meta", **side}
     if not first.endswith("\n"):
         return None
     rec = json.loads(first)

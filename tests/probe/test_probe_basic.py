@@ -199,3 +199,11 @@ def test_csv_stream_has_the_jsonl_columns(tmp_path: Path) -> None:
     (tmp_path / "events-initiator.jsonl").unlink()
     r = merge_dir(tmp_path, log=lambda m: None)
     assert r.rows == len(csv_df)
+
+
+def test_probe_helper_waits_for_a_csv_stream(tmp_path: Path) -> None:
+    with Probe(tmp_path / "ev.csv", ["--layers", "tcp"]) as p:
+        assert p.meta["hooks"]["tcp_probe"] == "tp_btf"
+        assert p.meta["format"] == "csv" and p.meta["state"] == "running"
+    meta = json.loads((tmp_path / "ev.meta.json").read_text())
+    assert meta["state"] == "done" and meta["lost"] == 0
