@@ -221,6 +221,12 @@ static int conn_read(struct conn *c, void *dst, size_t n)
 int conn_send_pdu(struct conn *c, const unsigned char bhs[BHS_LEN], const void *data,
 		  uint32_t len)
 {
+	return conn_send_pdu_more(c, bhs, data, len, 0);
+}
+
+int conn_send_pdu_more(struct conn *c, const unsigned char bhs[BHS_LEN], const void *data,
+		       uint32_t len, int more)
+{
 	unsigned char hd[4], dd[4], pad[4] = {0, 0, 0, 0};
 	struct iovec iov[5];
 	int n = 0;
@@ -252,7 +258,7 @@ int conn_send_pdu(struct conn *c, const unsigned char bhs[BHS_LEN], const void *
 	mh.msg_iov = iov;
 	mh.msg_iovlen = (size_t)n;
 	while (mh.msg_iovlen) {
-		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)

@@ -83,7 +83,7 @@ static int send_data_out(struct worker *w, struct cmd *k, uint32_t ttt, uint32_t
 	return 0;
 }
 
-static int issue(struct worker *w, struct cmd *k, uint64_t lba, int retry)
+static int issue(struct worker *w, struct cmd *k, uint64_t lba, int retry, int more)
 {
 	struct run *r = w->run;
 	struct conn *c = &w->s.c;
@@ -144,7 +144,7 @@ static int issue(struct worker *w, struct cmd *k, uint64_t lba, int retry)
 		w->outstanding++;
 		stats_issue(r->st);
 	}
-	if (conn_send_pdu(c, bhs, k->buf, imm) < 0)
+	if (conn_send_pdu_more(c, bhs, k->buf, imm, more && unsol == imm) < 0)
 		return -1;
 	if (unsol > imm && send_data_out(w, k, RSVD_TAG, imm, unsol - imm) < 0)
 		return -1;
@@ -295,21 +295,32 @@ static int engine(struct worker *w)
 			if (w->cmds[i].busy != 2)
 				continue;
 			w->pending_retry--;
-			if (issue(w, &w->cmds[i], w->cmds[i].lba, 1) < 0)
+			if (issue(w, &w->cmds[i], w->cmds[i].lba, 1, 0) < 0)
 				return -1;
 		}
-		while (w->outstanding < qd && conn_window_open(c)) {
-			uint64_t lba;
-			if (!claim(w, &lba))
-				break;
+		/* handle what has already arrived before adding work: responses are taken in
+		 * bursts, and NOP-In pings are answered before new commands go out */
+		if (conn_rx_pending(c)) {
+			if (on_pdu(w) < 0)
+				return -1;
+			continue;
+		}
+		uint64_t lba, next;
+		int have = w->outstanding < qd && conn_window_open(c) && claim(w, &lba);
+		while (have) {
 			struct cmd *k = NULL;
 			for (unsigned i = 0; i < w->ncmds; i++)
 				if (!w->cmds[i].busy) {
 					k = &w->cmds[i];
 					break;
 				}
-			if (!k || issue(w, k, lba, 0) < 0)
+			/* claim the next one first, so this one knows whether another follows */
+			int more = w->outstanding + 1 < qd && sn_le(c->cmdsn + 1, c->maxcmdsn) &&
+				   claim(w, &next);
+			if (!k || issue(w, k, lba, 0, more) < 0)
 				return -1;
+			lba = next;
+			have = more;
 		}
 		if (w->outstanding == 0 && (atomic_load(&g_stop) || w->exhausted))
 			return 0;

@@ -48,7 +48,7 @@ FSRV_PID=
 cleanup() {
   for p in $SRV_PID $FSRV_PID; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   "${ISTRACE[@]}" testbed down --name "$NAME" >/dev/null 2>&1 || true
-  rm -f "$RAW"
+  rm -f "$RAW" "${CPUF:-}"
 }
 trap cleanup EXIT
 
@@ -75,21 +75,40 @@ bytes_of() {  # 4M -> 4194304
     *) echo "$1" ;; esac
 }
 
-run_gen() {  # size qd -> MB/s
-  "${INI[@]}" "$GEN" --portal "$PORTAL" --target "$IQN" --size "$1" --queue-depth "$2" \
-    --time "$SECS" --json --quiet "${GEN_EXTRA[@]}" 2>/dev/null | jq -r .mb_s
+CPUF=$(mktemp /tmp/istrace-bench-cpu.XXXXXX)
+# Each runner prints "MB/s CPU-seconds-per-GB" of the initiator side (user + system time of
+# the client process): a figure the load of other users disturbs much less than MB/s.
+cpu_per_gb() {  # bytes -> s/GB from the /usr/bin/time output in $CPUF
+  awk -v b="$1" '{ c = $1 + $2 } END { printf "%.3f\n", (b > 0 ? c / (b / 1e9) : 0) }' "$CPUF"
 }
-run_perf() {  # size qd -> MB/s (from its average IOPS x transfer size)
+run_gen() {  # size qd
+  local out
+  out=$("${INI[@]}" /usr/bin/time -f '%U %S' -o "$CPUF" "$GEN" --portal "$PORTAL" \
+    --target "$IQN" --size "$1" --queue-depth "$2" --time "$SECS" --json --quiet \
+    "${GEN_EXTRA[@]}" 2>/dev/null)
+  echo "$(jq -r .mb_s <<<"$out") $(cpu_per_gb "$(jq -r .bytes <<<"$out")")"
+}
+run_perf() {  # size qd (MB/s from its average IOPS x transfer size)
   local bytes blocks iops
   bytes=$(bytes_of "$1"); blocks=$((bytes / 512))
-  iops=$("${INI[@]}" timeout $((SECS + 20)) iscsi-perf -m "$2" -b "$blocks" -t "$SECS" \
-    "iscsi://$PORTAL/$IQN/1" | tr '\r' '\n' | sed -n 's/^iops average \([0-9]*\).*/\1/p' | tail -1)
-  awk -v i="${iops:-0}" -v b="$bytes" 'BEGIN { printf "%.3f\n", i * b / 1e6 }'
+  iops=$("${INI[@]}" /usr/bin/time -f '%U %S' -o "$CPUF" timeout $((SECS + 20)) \
+    iscsi-perf -m "$2" -b "$blocks" -t "$SECS" "iscsi://$PORTAL/$IQN/1" | tr '\r' '\n' |
+    sed -n 's/^iops average \([0-9]*\).*/\1/p' | tail -1)
+  iops=${iops:-0}
+  echo "$(awk -v i="$iops" -v b="$bytes" 'BEGIN { printf "%.3f", i * b / 1e6 }')" \
+    "$(cpu_per_gb "$(awk -v i="$iops" -v b="$bytes" -v s="$SECS" 'BEGIN { print i * b * s }')")"
 }
-run_sock() {  # port size qd [--stream] -> MB/s
-  local port=$1; shift
-  "${INI[@]}" "$GEN" --socket "$TGT_IP:$port" --size "$1" --queue-depth "$2" --time "$SECS" \
-    --json --quiet ${3:-} 2>/dev/null | jq -r .mb_s
+run_sock() {  # port size qd [--stream]
+  local port=$1 out; shift
+  out=$("${INI[@]}" /usr/bin/time -f '%U %S' -o "$CPUF" "$GEN" --socket "$TGT_IP:$port" \
+    --size "$1" --queue-depth "$2" --time "$SECS" --json --quiet ${3:-} 2>/dev/null)
+  echo "$(jq -r .mb_s <<<"$out") $(cpu_per_gb "$(jq -r .bytes <<<"$out")")"
+}
+
+row() {  # tool - "MB/s cpu" -> one raw line (uses $size and $qd)
+  local mbs cpu
+  read -r mbs cpu <<<"$3"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$size" "$qd" "$1" "${mbs:-0}" "${cpu:-0}" >>"$RAW"
 }
 
 for rep in $(seq 1 "$REPEATS"); do
@@ -97,12 +116,11 @@ for rep in $(seq 1 "$REPEATS"); do
     size=${c%%:*} qd=${c##*:}
     echo "bench: repeat $rep/$REPEATS, $size x qd $qd" >&2
     # interleaved, so a burst of load from other users hits every tool alike
-    printf '%s\t%s\tgen\t%s\n' "$size" "$qd" "$(run_gen "$size" "$qd")" >>"$RAW"
-    printf '%s\t%s\tperf\t%s\n' "$size" "$qd" "$(run_perf "$size" "$qd")" >>"$RAW"
-    printf '%s\t%s\tsock\t%s\n' "$size" "$qd" "$(run_sock $PORT "$size" "$qd")" >>"$RAW"
-    printf '%s\t%s\tfsock\t%s\n' "$size" "$qd" "$(run_sock $FPORT "$size" "$qd")" >>"$RAW"
-    printf '%s\t%s\tstream\t%s\n' "$size" "$qd" \
-      "$(run_sock $PORT "$size" "$qd" --stream)" >>"$RAW"
+    row gen - "$(run_gen "$size" "$qd")"
+    row perf - "$(run_perf "$size" "$qd")"
+    row sock - "$(run_sock $PORT "$size" "$qd")"
+    row fsock - "$(run_sock $FPORT "$size" "$qd")"
+    row stream - "$(run_sock $PORT "$size" "$qd" --stream)"
   done
 done
 
@@ -119,18 +137,20 @@ awk -F'\t' -v cases="$CASES" '
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
   }
   function spread(key, m) { return m > 0 ? 100 * (hi[key] - lo[key]) / m : 0 }
-  { k = $1 SUBSEP $2 SUBSEP $3; vals[k] = vals[k] " " $4 }
+  { k = $1 SUBSEP $2 SUBSEP $3; vals[k] = vals[k] " " $4; vals[k SUBSEP "cpu"] = vals[k SUBSEP "cpu"] " " $5 }
   END {
-    printf "%-6s %3s  %8s %10s %8s %9s %8s  %8s %8s  %s\n", "size", "qd", "gen", "iscsi-perf",
-      "socket", "sock-file", "stream", "gen/perf", "gen/sock", "spread gen/perf/sock %"
+    printf "%-6s %3s  %8s %10s %8s %9s %8s  %8s %8s  %s  %s\n", "size", "qd", "gen", "iscsi-perf",
+      "socket", "sock-file", "stream", "gen/perf", "gen/sock", "spread gen/perf/sock %", "CPU s/GB gen/perf/sock"
     n = split(cases, cs, " ")
     for (i = 1; i <= n; i++) {
       split(cs[i], p, ":"); s = p[1]; q = p[2]
       g = median(s SUBSEP q SUBSEP "gen"); f = median(s SUBSEP q SUBSEP "perf")
       k = median(s SUBSEP q SUBSEP "sock"); st = median(s SUBSEP q SUBSEP "stream")
       fk = median(s SUBSEP q SUBSEP "fsock")
-      printf "%-6s %3s  %8.1f %10.1f %8.1f %9.1f %8.1f  %7.2fx %7.0f%%  %.0f/%.0f/%.0f\n", s, q,
+      cg = median(s SUBSEP q SUBSEP "gen" SUBSEP "cpu"); cf = median(s SUBSEP q SUBSEP "perf" SUBSEP "cpu")
+      ck = median(s SUBSEP q SUBSEP "sock" SUBSEP "cpu")
+      printf "%-6s %3s  %8.1f %10.1f %8.1f %9.1f %8.1f  %7.2fx %7.0f%%  %5.0f/%.0f/%.0f  %10.2f/%.2f/%.2f\n", s, q,
         g, f, k, fk, st, (f > 0 ? g / f : 0), (k > 0 ? 100 * g / k : 0), spread(s SUBSEP q SUBSEP "gen", g),
-        spread(s SUBSEP q SUBSEP "perf", f), spread(s SUBSEP q SUBSEP "sock", k)
+        spread(s SUBSEP q SUBSEP "perf", f), spread(s SUBSEP q SUBSEP "sock", k), cg, cf, ck
     }
   }' "$RAW"
