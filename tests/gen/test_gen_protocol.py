@@ -1,0 +1,45 @@
+"""Faults tgtd never produces, from a tiny scripted target on loopback: Reject, sense data by
+name, Data-In out of order, an Async Message asking for logout, a refused login."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from conftest import gen_binary
+from fake_target import FakeTarget
+
+
+def run_against(mode: str, *args: str) -> tuple[int, dict, str]:
+    tgt = FakeTarget(mode)
+    try:
+        proc = subprocess.run([gen_binary(), "--portal", f"127.0.0.1:{tgt.port}", "--target",
+                               "iqn.fake:t", "--size", "4k", "--count", "1", "--json",
+                               "--timeout", "3", *args], capture_output=True, text=True,
+                              timeout=30, check=False)
+    finally:
+        tgt.close()
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return proc.returncode, json.loads(lines[-1]) if lines else {}, proc.stderr
+
+
+def test_fake_target_good_read() -> None:
+    rc, s, err = run_against("good")
+    assert rc == 0, err
+    assert s["commands"] == 1 and s["bytes"] == 4096 and s["lun_blocks"] == 2048
+
+
+@pytest.mark.parametrize(("mode", "code", "text"), [
+    ("reject", 5, "target sent Reject: invalid PDU field (reason 0x09) for SCSI Command"),
+    ("sense", 6, "CHECK CONDITION (0x02): MEDIUM ERROR / UNRECOVERED READ ERROR (key 0x3, "
+                 "ASC 0x11, ASCQ 0x00)"),
+    ("datasn", 5, "Data-In out of order"),
+    ("async", 9, "target requests logout"),
+    ("refuse", 4, "login refused: Initiator error: not found (0x0203)"),
+])
+def test_fake_target_faults(mode: str, code: int, text: str) -> None:
+    rc, s, err = run_against(mode)
+    assert rc == code, err
+    assert text in err
+    assert s["exit"] == code and text in s["error"]
