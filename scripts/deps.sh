@@ -8,7 +8,7 @@ APT_PACKAGES=(
   libpcap-dev libbpf-dev bpftool bpftrace libelf-dev zlib1g-dev linux-libc-dev
   systemtap-sdt-dev libclang-rt-14-dev afl++ valgrind
   tcpdump tshark tgt libiscsi-bin libiscsi-dev
-  iproute2 ethtool iputils-ping iperf3 psmisc procps jq
+  iproute2 ethtool iputils-ping iperf3 psmisc procps jq time
 )
 PIP_PACKAGES=(wheel pandas matplotlib pyarrow ruff pytest pytest-timeout)
 
