@@ -32,7 +32,12 @@ def test_report_on_qd1(tmp_path):
             "target store"} <= names
     # 1 syscall + 2 block (16 commands each) + 32 x 7 rows (SCSI .. store)
     assert len(spans) == 1 + 2 + 32 * 7
-    assert len(inst) == 2 * 3 * 32  # every PDU at both capture points
+    # Every PDU at both capture points, plus every probe event (no merged.parquet here):
+    # initiator 32 SCSI + 2 block + 1 syscall, target 32 preads + 8 tcp_probe + 2 cong_state.
+    assert len(inst) == 2 * 3 * 32 + 35 + 42
+    tracks = {(e["pid"], e["tid"]) for e in inst}
+    # pid 1 initiator / 3 target; tid 1 syscall, 2 block, 3 scsi, 4 iscsi, 5 tcp
+    assert tracks == {(1, 1), (1, 2), (1, 3), (1, 4), (3, 1), (3, 4), (3, 5)}
     assert all(e["dur"] >= 0 for e in spans)
 
 

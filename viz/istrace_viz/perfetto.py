@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -76,6 +77,28 @@ def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFr
     if not frames:
         return pd.DataFrame(columns=["ts_ns", "host", "layer", "event"])
     return pd.concat(frames, ignore_index=True)
+
+
+def merged_instants(cap: Any) -> pd.DataFrame:
+    """Every row of the merged trace (probe events, PDUs, TCP segments) on the initiator
+    clock; without merged.parquet, the decoded PDUs and the raw probe events."""
+    m = cap.merged
+    if m is not None and not m.empty and "ts_ns_merged" in m.columns:
+        ts = pd.to_numeric(m["ts_ns_merged"], errors="coerce")
+        ok = ts.notna().to_numpy()
+        return pd.DataFrame({"ts_ns": ts[ok].astype(np.int64).to_numpy(),
+                             "host": m["host"].astype(object).to_numpy()[ok],
+                             "layer": m["layer"].astype(object).to_numpy()[ok],
+                             "event": m["event"].astype(object).to_numpy()[ok]})
+    parts = [pdu_instants(cap.pdus, cap.offset_ns)]
+    ev = cap.events
+    if ev is not None and not ev.empty:
+        ev = ev[ev["layer"].astype(str) != "meta"]
+        ts = ev["ts_ns"].astype(np.int64) - np.where(ev["host"] == "target", cap.offset_ns, 0)
+        parts.append(pd.DataFrame({"ts_ns": ts, "host": ev["host"].astype(object),
+                                   "layer": ev["layer"].astype(object),
+                                   "event": ev["event"].astype(object)}))
+    return pd.concat([p for p in parts if not p.empty] or [parts[0]], ignore_index=True)
 
 
 def write_trace(path: Path, spans: pd.DataFrame, instants: pd.DataFrame | None) -> int:

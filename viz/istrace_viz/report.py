@@ -70,6 +70,9 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         else:
             parts.append(f"{name} unknown")
     msg = "Sizes: " + " -> ".join(parts) + "."
+    if sizes.get("syscall") and not sizes.get("block"):
+        msg += (" (No block layer on the initiator: a user-space initiator, so its read "
+                "syscalls are its own file/socket I/O, not the application's request size.)")
     sc, pb = sizes.get("syscall"), sizes.get("scsi_command")
     if sc and pb and pb["typical"] and sc["typical"] > pb["typical"]:
         msg += (f" Each {_fmt_bytes(sc['typical'])} read() is cut into "
@@ -235,7 +238,8 @@ def _img(path: Path) -> str:
 CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc}
 .warn{background:#c62828;color:#fff;padding:.6em;font-weight:bold;margin:.3em 0}
-.missing{color:#8a6d00}li{margin:.3em 0}table{border-collapse:collapse}
+.note{background:#fff3cd;padding:.4em;margin:.3em 0}.missing{color:#8a6d00}
+li{margin:.3em 0}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:2px 6px;font-size:.9em}"""
 
 
@@ -246,7 +250,8 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
              f"{e(cap.dir.name)}</title><style>{CSS}</style></head><body>",
              f"<h1>istrace report: {e(str(cap.dir))}</h1>"]
     for w in diag["warnings"]:
-        parts.append(f"<div class='warn'>WARNING: {e(w)}</div>")
+        cls = "warn" if w.startswith("CAPTURE DROPS") else "note"
+        parts.append(f"<div class='{cls}'>WARNING: {e(w)}</div>")
     parts.append("<h2>Diagnosis</h2><ul>")
     parts += [f"<li>{e(f)}</li>" for f in diag["findings"]] or ["<li>nothing to say</li>"]
     parts.append("</ul>")
@@ -280,7 +285,7 @@ def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
     made = plot_cli.make_plots(cap, d / "plots", plot_cli.KINDS, formats=("png",))
     diag = diagnose(cap)
     spans = plot_cli.timeline_spans(cap)
-    inst = perfetto.pdu_instants(cap.pdus, cap.offset_ns)
+    inst = perfetto.merged_instants(cap)
     n = perfetto.write_trace(d / "trace.json", spans, inst)
     note = f"Perfetto / Chrome trace: {d / 'trace.json'} ({n} events)."
     path = out or d / "report.html"
