@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -10,11 +11,14 @@ from dechelp import ASAN_BIN, NATIVE_BIN, REPO
 
 
 @pytest.fixture(scope="session")
-def asan_bin() -> Path:
+def asan_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     r = subprocess.run(["make", "-s", "-C", str(REPO / "decoder" / "fuzz"), "asan"],
                        capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, f"ASan build failed:\n{r.stdout}\n{r.stderr}"
-    return ASAN_BIN
+    # A private copy: a concurrent rebuild in the shared tree cannot swap it mid-run.
+    private = tmp_path_factory.mktemp("asan") / ASAN_BIN.name
+    shutil.copy2(ASAN_BIN, private)
+    return private
 
 
 @pytest.fixture(scope="session", params=["native", "asan"])
