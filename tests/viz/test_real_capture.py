@@ -15,6 +15,9 @@ from istrace_viz import data, pdu_fallback, plot_cli, report
 from istrace_viz.capture import load_capture
 
 N_CMDS, SIZE = 6, 1 << 20
+# Big buffer (the default drops), and every packet handed over at once: without immediate mode
+# packets wait in the ring for a block timeout and a stop can leave them unwritten.
+TCPDUMP = ["-U", "--immediate-mode", "-B", "524288"]
 
 
 def _tshark(pcap, *args):
@@ -34,7 +37,7 @@ def real(tmp_path_factory):
             for host, popen, dev in (("initiator", tb.popen_ini, tb.ini_dev),
                                      ("target", tb.popen_tgt, tb.tgt_dev)):
                 err = open(out / f"tcpdump-{host}.err", "w")
-                dumps.append(popen(["tcpdump", "-U", "-B", "524288", "-i", dev, "-w",
+                dumps.append(popen(["tcpdump", *TCPDUMP, "-i", dev, "-w",
                                     str(out / f"{host}.pcap"), "tcp port 3260"],
                                    stdout=subprocess.DEVNULL, stderr=err))
             deadline = time.time() + 10
@@ -69,6 +72,7 @@ def test_capture_complete(real):
     assert summary["commands"] == N_CMDS and summary["max_outstanding"] == 1
     for h in ("initiator", "target"):
         assert "0 packets dropped by kernel" in (out / f"tcpdump-{h}.err").read_text()
+    assert not load_capture(out, decode=False, do_track=False).warnings
 
 
 def test_segments_match_tshark(real):
@@ -164,3 +168,46 @@ def test_python_fallback_decoder_agrees(real):
     c = c[c["cdb_name"].astype(str).str.startswith("READ(")]
     assert reads["issue_ts_ns"].tolist() == c["issue_ts_ns"].astype("int64").tolist()
     assert reads["lba"].astype(int).tolist() == c["lba"].astype(int).tolist()
+
+
+def test_real_queue_depth_ceiling(tmp_path):
+    """Seed 001's finding in miniature: a queue-depth limit shows as a flat ceiling."""
+    gen = binary("istrace-gen")
+    qd = 4
+    cfg = TestbedConfig(name=f"vq{os.getpid() % 10000}", lun_mb=16)
+    with Testbed(cfg) as tb:
+        err = open(tmp_path / "tcpdump-initiator.err", "w")
+        dump = tb.popen_ini(["tcpdump", *TCPDUMP, "-i", tb.ini_dev, "-w",
+                             str(tmp_path / "initiator.pcap"), "tcp port 3260"],
+                            stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.time() + 10
+            while time.time() < deadline and "listening" not in (
+                    tmp_path / "tcpdump-initiator.err").read_text():
+                time.sleep(0.1)
+            r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size",
+                            "64k", "--count", "64", "--queue-depth", str(qd), "--json",
+                            "--quiet"], capture_output=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            sizes, deadline = None, time.time() + 20
+            while time.time() < deadline:
+                now = (tmp_path / "initiator.pcap").stat().st_size
+                if now == sizes:
+                    break
+                sizes = now
+                time.sleep(0.7)
+        finally:
+            dump.send_signal(signal.SIGINT)
+            dump.wait(timeout=10)
+    assert json.loads(r.stdout)["max_outstanding"] == qd
+    log = (tmp_path / "tcpdump-initiator.err").read_text()
+    assert "0 packets dropped by kernel" in log
+    cap = load_capture(tmp_path)
+    assert not cap.warnings, cap.warnings  # nothing lost or left unwritten
+    cmds = cap.commands["initiator"]
+    reads = cmds[cmds["cdb_name"].astype(str).str.startswith("READ(")]
+    assert len(reads) == 64
+    ceil = data.outstanding_ceiling(data.outstanding(reads))
+    assert ceil["max"] == qd and ceil["flat"], ceil
+    diag = report.diagnose(cap)
+    assert diag["outstanding"]["max"] == qd
