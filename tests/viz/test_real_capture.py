@@ -137,6 +137,8 @@ def test_tracker_and_seq_graph(real):
     sg = g["segments"]
     assert sg["rtx"].sum() <= len(_tshark(out / "target.pcap", "-Y",
                                           "tcp.analysis.retransmission || "
+                                          "tcp.analysis.fast_retransmission || "
+                                          "tcp.analysis.spurious_retransmission || "
                                           "tcp.analysis.out_of_order"))
 
 
