@@ -19,6 +19,7 @@ from istrace_cli import repro_model as model  # noqa: E402
 
 MB = model.MB
 UNLIMITED = 100000  # the parallel experiment's "no limit" marker
+TGTD_CMD_WINDOW = 128  # tgtd's default MaxQueueCmd: commands it admits per session
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -120,6 +121,9 @@ def plot_parallel(df: pd.DataFrame, path: Path, title: str, rtt_s: float) -> Pat
             ax.axhline(model.outstanding_ceiling(lim, rtt_s), ls="--", lw=0.8, color=color)
         ax2.plot(readers, part["outstanding"].astype(float), "-o", color=color, label=name)
     n_max = int(df["readers"].astype(int).max())
+    if n_max > TGTD_CMD_WINDOW:
+        ax.axhline(model.outstanding_ceiling(TGTD_CMD_WINDOW, rtt_s), ls="-.", lw=0.8,
+                   color="gray", label=f"target CmdSN window ({TGTD_CMD_WINDOW}) / RTT")
     ax.plot([1, n_max], [1 / rtt_s, n_max / rtt_s], ":", color="gray", lw=0.9,
             label="N / RTT (no limit)")
     for a in (ax, ax2):

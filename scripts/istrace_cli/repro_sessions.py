@@ -3,8 +3,9 @@ iSCSI sessions at 10-100 ms one-way delay, and a golden-section search for the b
 
 Each session is one TCP connection with one 1 MiB READ in flight, so alone it idles a round
 trip per command (eq. (1)) and the longer the delay the more sessions it takes to fill the
-rate-limited path. The search measures through the same CSV as the sweep, so a count the
-sweep already measured costs nothing.
+rate-limited path. The search (golden section over a geometric grid of counts: 1, 2, 3, 4,
+6, 8, 11, 16, 23, 32) measures through the same CSV as the sweep, so a count the sweep already
+measured costs nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from pathlib import Path
 import pandas as pd
 
 from istrace_cli import repro_plot, repro_run
-from istrace_cli.repro_sweep import Progress, Row, SweepCSV, golden_section_max, num, run_points
+from istrace_cli.repro_sweep import (
+    Progress,
+    Row,
+    SweepCSV,
+    geometric_grid,
+    golden_section_grid,
+    num,
+    run_points,
+)
 
 COLUMNS = ["delay_ms", "sessions", "rate_mbit", "mbps", "iops", "per_session_mbps",
            "lat_p50_ms", "rtt_ms", "seconds", "status", "error"]
@@ -66,7 +75,7 @@ def run(out: Path, quick: bool, time_s: float | None = None) -> int:
                                      summary)[0]
                     return num(row, "mbps", 0.0)
 
-                res = golden_section_max(f, 1, hi)
+                res = golden_section_grid(f, geometric_grid(1, hi))
                 for step, (n, v) in enumerate(res.path, 1):
                     search_rows.append({"delay_ms": d, "step": step, "sessions": n, "mbps": v})
                 print(f"sessions: {d:g} ms: golden-section pick {res.best} sessions "

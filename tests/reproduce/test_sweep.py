@@ -100,3 +100,15 @@ def test_golden_section_plateau_and_degenerate_ranges():
 def test_golden_section_respects_budget():
     r = golden_section_max(lambda n: -(n - 40) ** 2, 1, 1000, max_evals=5)
     assert len(r.path) == 5
+
+
+def test_geometric_grid_and_grid_search():
+    from istrace_cli.repro_sweep import geometric_grid, golden_section_grid
+    assert geometric_grid(1, 32) == [1, 2, 3, 4, 6, 8, 11, 16, 23, 32]
+    assert geometric_grid(5, 5) == [5]
+    # Sessions-like curve: rises to a peak at 4, then falls as the path overloads.
+    curve = {1: 13.1, 2: 19.3, 3: 20.0, 4: 21.5, 6: 20.0, 8: 18.3, 11: 15.0, 16: 13.3,
+             23: 9.6, 32: 7.2}
+    r = golden_section_grid(lambda n: curve[n], geometric_grid(1, 32))
+    assert r.best == 4 and len(r.path) <= 6
+    assert all(n in curve for n, _ in r.path)
