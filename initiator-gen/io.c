@@ -140,6 +140,8 @@ static int issue(struct worker *w, struct cmd *k, uint64_t lba, int retry, int m
 		k->first_data = 1;
 		USDT_CMD_FIRST_DATA(k->itt, k->lba, k->bytes);
 	}
+	if (!w->outstanding)
+		w->progress_ns = k->t_issue; /* the progress clock starts with the first command */
 	if (!retry) {
 		w->outstanding++;
 		stats_issue(r->st);
@@ -219,6 +221,8 @@ static int on_pdu(struct worker *w)
 	if (conn_recv_bhs(c, &h) < 0)
 		return -1;
 	conn_update_sn(c, &h);
+	if (h.opcode == OP_DATA_IN || h.opcode == OP_SCSI_RSP || h.opcode == OP_R2T)
+		w->progress_ns = now_ns();
 	switch (h.opcode) {
 	case OP_DATA_IN:
 		k = lookup(w, h.itt);
@@ -291,6 +295,15 @@ static int engine(struct worker *w)
 	struct conn *c = &w->s.c;
 	unsigned qd = w->run->o->queue_depth;
 	for (;;) {
+		/* a target that keeps talking (pings) but moves no command along is as stuck as a
+		 * silent one, which the socket timeout catches */
+		if (w->outstanding && (double)(now_ns() - w->progress_ns) / 1e9 > w->run->o->timeout_s) {
+			err_set(&c->err, EXIT_TIMEOUT,
+				"target stopped answering: no progress on %u outstanding command%s "
+				"for %.1f s",
+				w->outstanding, w->outstanding == 1 ? "" : "s", w->run->o->timeout_s);
+			return -1;
+		}
 		for (unsigned i = 0; w->pending_retry && i < w->ncmds && conn_window_open(c); i++) {
 			if (w->cmds[i].busy != 2)
 				continue;

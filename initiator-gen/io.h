@@ -48,6 +48,7 @@ struct worker {
 	int opened; /* session already open (session 0 is opened by main) */
 	uint64_t unit_attentions;
 	unsigned pending_retry; /* commands waiting to be re-issued */
+	uint64_t progress_ns;   /* last Data-In / SCSI Response / R2T */
 	pthread_t th;
 };
 

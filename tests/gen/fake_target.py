@@ -128,6 +128,11 @@ class FakeTarget:
             msg = bytearray(_pdu(0x32, 0x80, 0xFFFFFFFF, b"", **sn))
             msg[36] = 1
             conn.sendall(bytes(msg))
+        elif self.mode == "chatty":  # pings (no reply wanted) but never completes the read
+            for _ in range(75):
+                if self._stop.wait(0.2):
+                    return
+                conn.sendall(_pdu(0x20, 0x80, 0xFFFFFFFF, b"", **{**sn, "b20": 0xFFFFFFFF}))
         elif self.mode == "good":
             data = bytes(edtl)
             conn.sendall(_pdu(0x25, 0x81, itt, data, **sn, b36=0, b40=0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from conftest import gen_binary
@@ -37,9 +38,12 @@ def test_fake_target_good_read() -> None:
     ("datasn", 5, "Data-In out of order"),
     ("async", 9, "target requests logout"),
     ("refuse", 4, "login refused: Initiator error: not found (0x0203)"),
+    ("chatty", 8, "no progress on 1 outstanding command for 3.0 s"),
 ])
 def test_fake_target_faults(mode: str, code: int, text: str) -> None:
+    t = time.monotonic()
     rc, s, err = run_against(mode)
+    assert time.monotonic() - t < 10  # never a hang, whatever the target does
     assert rc == code, err
     assert text in err
     assert s["exit"] == code and text in s["error"]
