@@ -276,3 +276,13 @@ def test_response_times_match_tshark(real: Real) -> None:
         assert abs(float(row["resp_time_us"]) - t) <= 1.0, (row["itt"], row["resp_time_us"], t)
         checked += 1
     assert checked > 100
+
+
+def test_asan_build_decodes_real_capture_identically(real: Real, asan_bin: Path,
+                                                     tmp_path: Path) -> None:
+    """The ASan+UBSan build on the real capture: no finding, and byte-identical tables."""
+    res = decode(asan_bin, real.pcap, outdir=tmp_path)
+    assert res.rc == 0, res.stderr
+    native = real.pcap.parent / "istrace"
+    for name in ("pdus.csv", "commands.csv", "connections.csv"):
+        assert (tmp_path / name).read_bytes() == (native / name).read_bytes(), name
