@@ -353,9 +353,13 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     a_len = acks["len"].to_numpy(np.int64)
     a_flags = acks["flags"].to_numpy()
     pure = (a_len == 0) & ((a_flags & (TCP_SYN | TCP_FIN | TCP_RST)) == 0)
+    # Same ACK number as the one before and as the highest; the window unchanged, or a SACK
+    # block present (RFC 6675: a SACK-carrying ACK counts even if the window moved).
+    a_sack = acks["sack"].to_numpy() if "sack" in acks.columns else np.zeros(len(acks), int)
     same = np.zeros(len(a_ack), bool)
     if len(a_ack) > 1:
-        same[1:] = (a_ack[1:] == a_ack[:-1]) & (a_win[1:] == a_win[:-1]) & (a_ack[1:] == a_una[1:])
+        same[1:] = (a_ack[1:] == a_ack[:-1]) & (a_ack[1:] == a_una[1:]) & (
+            (a_win[1:] == a_win[:-1]) | (a_sack[1:] > 0))
     in_flight_at_ack = inflight[inv[len(d_ts):]]
     outstanding = (a_una < np.maximum.accumulate(np.concatenate([d_end, [0]]))[-1])
     dup = pure & same & (in_flight_at_ack > 0) & outstanding
@@ -383,6 +387,8 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
         + [(int(a_ts[i]), "dup", i) for i in np.flatnonzero(dup_run == dupack_threshold)])
     all_end = np.maximum.accumulate(d_end)
     ep_end_ts = -1
+    valid = rtt[~np.isnan(rtt)]
+    recent_ns = int(max(2 * np.median(valid) * 1000, 1_000_000)) if len(valid) else 200_000_000
     for t, why, _ in starts:
         if t <= ep_end_ts:
             continue
@@ -390,8 +396,11 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
         recover = int(all_end[max(j, 0)])
         done = np.flatnonzero((a_ts >= t) & (a_ack >= recover))
         end = int(a_ts[done[0]]) if len(done) else int(max(d_ts[-1], a_ts[-1] if len(a_ts) else 0))
-        dups_before = np.flatnonzero(dup & (a_ts <= t) & (a_ts > t - 10_000_000_000))
-        fast = why == "dup" or (len(dups_before) and dup_run[dups_before[-1]] >= dupack_threshold)
+        # Fast recovery when duplicate ACKs led up to the retransmission within about an RTT
+        # (with SACK one ACK can report 3+ lost segments, so one duplicate is enough); a
+        # retransmission after silence is a timeout.
+        dups_before = np.flatnonzero(dup & (a_ts <= t) & (a_ts > t - recent_ns))
+        fast = why == "dup" or len(dups_before) > 0
         state = "Recovery" if fast else "Loss"
         seq0 = int(a_una[np.searchsorted(a_ts, t, side="right") - 1]) if len(a_ts) and \
             a_ts[0] <= t else 0

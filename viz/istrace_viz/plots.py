@@ -203,6 +203,8 @@ def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
                        label=f"{state} ({', '.join(sorted(set(g['source'])))}; {len(g)}x)")
     ev = events[(events["dir"] == d) & events["kind"].isin(["retransmit"])] if not \
         events.empty else events
+    if not ev.empty and ev["source"].nunique() > 1:  # the same retransmissions seen twice
+        ev = ev[ev["source"] == "estimated"]
     if not ev.empty:
         ax.plot(_ms(ev["ts_ns"], t0), np.full(len(ev), ax.get_ylim()[1] * 0.97), "v",
                 color="tab:red", ms=6, label=f"retransmission ({len(ev)})")

@@ -142,13 +142,16 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         out["states"] = st
         ev = cap.track.events
         rtx = ev[(ev["kind"] == "retransmit")] if not ev.empty else ev
+        # Exact and estimated marks describe the same retransmissions: count one source.
+        if not rtx.empty and (rtx["source"] == "estimated").any():
+            rtx = rtx[rtx["source"] == "estimated"]
         out["retransmits"] = len(rtx)
         for r in st.itertuples():
             say(f"TCP {r.state} ({r.source}, {r.dir}): {r.intervals} episodes, "
                 f"{r.total_ns / 1e6:.2f} ms in total.")
         if len(rtx):
             hit = track.loss_commands(cap.track)
-            cause = _loss_cause(cap)
+            cause = _loss_cause(cap, d, len(rtx))
             say(f"{len(rtx)} retransmissions; commands hit: "
                 f"{', '.join(str(int(c)) for c in hit['cmd'][:20]) or 'unknown (no PDUs)'}"
                 f"{' ...' if len(hit) > 20 else ''}. Cause: {cause}.")
@@ -218,16 +221,33 @@ def _limit_verdict(cap: Capture, d: str, idle: float, ceil: dict[str, Any], with
     return "unknown (no data segments)."
 
 
-def _loss_cause(cap: Capture) -> str:
+def _loss_cause(cap: Capture, d: str, retransmits: int) -> str:
+    """Local queue drops on the sending host vs drops on the path, from what was recorded."""
+    sender = "target" if d == "t2i" else "initiator"
+    why = []
     ev = cap.events
+    local = 0
+    if ev is not None and not ev.empty:
+        net = ev[(ev["layer"].astype(str) == "net") & ev["event"].astype(str).str.contains("drop")
+                 & (ev["host"].astype(str) == sender)]
+        local = len(net)
+    path = cap.meta.get("path_stats") if isinstance(cap.meta.get("path_stats"), dict) else {}
+    pd_dir = (path or {}).get(d) if isinstance((path or {}).get(d), dict) else {}
+    path_drops = {k: int(v) for k, v in (pd_dir or {}).items()
+                  if k.startswith("drop") and isinstance(v, int | float) and v > 0}
+    if local and local >= 0.1 * max(retransmits, 1):
+        why.append(f"local queue drops on the {sender} ({local} drop events from the probes): "
+                   "its own device/qdisc queue overflowed, as in the study's Tx256 case")
+    if path_drops:
+        why.append("drops on the emulated path (" + ", ".join(
+            f"{k}={v}" for k, v in path_drops.items()) + "): network loss / a full "
+            "bottleneck queue, not the hosts")
+    if why:
+        return "; ".join(why)
     if ev is None or ev.empty:
         return "not visible (no probe events to tell local queue drops from network loss)"
-    net = ev[(ev["layer"] == "net") & ev["event"].astype(str).str.contains("drop")]
-    if not net.empty:
-        where = net["host"].value_counts().to_dict()
-        return (f"local queue drops seen by the probes ({where}): the sender's own device "
-                "queue overflowed, as in the study's Tx256 case")
-    return "no local drop events: loss in the network (or drops the probes cannot see)"
+    return (f"no local drop events on the {sender} ({local}): loss in the network "
+            "(or drops the probes cannot see)")
 
 
 def _img(path: Path) -> str:
