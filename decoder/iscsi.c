@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "scsi.h"
 
 enum fkind {
 	K_SHOW,       /* shown in -v only */
@@ -172,16 +173,22 @@ int bhs_plausible(const uint8_t *b, int dir)
 		return 0;
 	if (ahs && op != 0x01)
 		return 0;
+	uint32_t itt = rd32be(b + 16), ttt = rd32be(b + 20);
+	int lun_zero = rd32be(b + 8) == 0 && rd32be(b + 12) == 0; /* where the LUN is reserved */
 	switch (op) {
-	case 0x00: /* NOP-Out */
-	case 0x20: /* NOP-In */
-		return fl == 0x80 && b[2] == 0 && b[3] == 0 && ahs == 0;
+	case 0x00: /* NOP-Out: a ping (TTT all ones) or the answer to one (ITT all ones) */
+	case 0x20: /* NOP-In: the same, mirrored */
+		return fl == 0x80 && b[2] == 0 && b[3] == 0 &&
+		       (itt == 0xffffffffu || ttt == 0xffffffffu);
 	case 0x01:
-		return (fl & 0x80) && !(fl & 0x18) && b[2] == 0 && b[3] == 0;
+		return (fl & 0x80) && !(fl & 0x18) && b[2] == 0 && b[3] == 0 &&
+		       scsi_cdb_known(b[32]);
 	case 0x02:
-		return (fl & 0x80) && b[2] == 0 && b[3] == 0 && dsl == 0;
+		return (fl & 0x80) && (fl & 0x7f) >= 1 && (fl & 0x7f) <= 14 && b[2] == 0 &&
+		       b[3] == 0 && dsl == 0;
 	case 0x03:
-		return (b[0] & 0x40) && !(fl & 0x30) && b[2] == 0 && b[3] == 0;
+		return (b[0] & 0x40) && !(fl & 0x30) && ((fl >> 2) & 3) != 2 && b[2] == 0 &&
+		       b[3] == 0;
 	case 0x04:
 	case 0x24:
 		return !(fl & 0x3f) && b[2] == 0 && b[3] == 0;
@@ -189,24 +196,26 @@ int bhs_plausible(const uint8_t *b, int dir)
 		return !(fl & 0x7f) && b[2] == 0 && b[3] == 0 && dsl > 0 && rd32be(b + 24) == 0 &&
 		       rd32be(b + 32) == 0 && rd32be(b + 44) == 0;
 	case 0x06:
-		return (fl & 0x80) && b[2] == 0 && b[3] == 0 && dsl == 0;
+		return (fl & 0x80) && (fl & 0x7f) <= 3 && b[2] == 0 && b[3] == 0 && dsl == 0;
 	case 0x10:
 		return (fl & 0x80) && !(fl & 0x70) && b[2] == 0 && b[3] == 0;
 	case 0x21:
-		return (fl & 0x80) && !(fl & 0x61) && b[2] <= 1;
+		return (fl & 0x80) && !(fl & 0x61) && b[2] <= 1 && lun_zero;
 	case 0x22:
+		return fl == 0x80 && b[3] == 0 && dsl == 0 && lun_zero;
 	case 0x26:
-		return fl == 0x80 && b[3] == 0 && dsl == 0;
+		return fl == 0x80 && b[2] <= 3 && b[3] == 0 && dsl == 0 && lun_zero;
 	case 0x23:
-		return !(fl & 0x30) && b[3] == 0;
+		return !(fl & 0x30) && ((fl >> 2) & 3) != 2 && b[2] == 0 && b[3] == 0;
 	case 0x25:
 		return !(fl & 0x38) && b[2] == 0 && dsl > 0 && ((fl & 1) || b[3] == 0);
 	case 0x31:
-		return fl == 0x80 && b[2] == 0 && b[3] == 0 && dsl == 0;
+		return fl == 0x80 && b[2] == 0 && b[3] == 0 && dsl == 0 && ttt != 0xffffffffu &&
+		       rd32be(b + 44) > 0;
 	case 0x32:
-		return fl == 0x80 && b[2] == 0 && b[3] == 0;
+		return fl == 0x80 && b[2] == 0 && b[3] == 0 && itt == 0xffffffffu;
 	case 0x3f:
-		return fl == 0x80 && b[3] == 0 && dsl >= 48;
+		return fl == 0x80 && b[3] == 0 && dsl >= 48 && itt == 0xffffffffu;
 	default:
 		return 0;
 	}

@@ -102,6 +102,13 @@ static void build_index(void)
 	table_ready = 1;
 }
 
+int scsi_cdb_known(uint8_t opcode)
+{
+	if (!table_ready)
+		build_index();
+	return by_opcode[opcode] != NULL;
+}
+
 static uint64_t be(const uint8_t *p, unsigned n)
 {
 	uint64_t v = 0;

@@ -172,9 +172,20 @@ static void test_bhs(void)
 	b[1] = 0x88; /* reserved bit */
 	CHECK(!bhs_plausible(b, DIR_T2I), "data-in reserved bit");
 	bhs(b, 0x31, 0x80, 0, 7);
+	CHECK(!bhs_plausible(b, DIR_T2I), "r2t without a transfer tag");
+	put32(b + 20, 0x10);
+	put32(b + 44, 8192);
 	CHECK(bhs_plausible(b, DIR_T2I), "r2t");
 	put24(b + 5, 4);
 	CHECK(!bhs_plausible(b, DIR_T2I), "r2t with data");
+	/* Payload that looks like a NOP-In followed by a Logout Response (LUN pattern words
+	 * 0x8020.. as the testbed fills the disk) must not pass for headers. */
+	for (int i = 0; i < 6; i++) {
+		uint64_t w = 0x8020 + (uint64_t)i;
+		for (int k = 0; k < 8; k++)
+			b[8 * i + k] = (uint8_t)(w >> (8 * k));
+	}
+	CHECK(!bhs_plausible(b, DIR_T2I), "pattern words as NOP-In");
 	bhs(b, 0x1c, 0x80, 0, 7);
 	CHECK(iscsi_opcode_valid(0x1c, DIR_I2T) && !bhs_plausible(b, DIR_I2T), "vendor");
 	CHECK(!iscsi_opcode_valid(0x07, DIR_I2T) && !iscsi_opcode_valid(0x3f, DIR_I2T),
