@@ -218,3 +218,30 @@ def test_socket_baseline_ipv6_loopback(tb: Bed) -> None:
     finally:
         srv.terminate()
         srv.wait(timeout=10)
+
+
+def test_usdt_probes_fire(tb: Bed) -> None:
+    """bpftrace attaches to the three probes and sees each command once, with its bytes."""
+    g = gen_binary()
+    prog = (f"usdt:{g}:istrace:cmd_issue {{ @issue = count(); @bytes = sum(arg2); }} "
+            f"usdt:{g}:istrace:cmd_first_data {{ @first = count(); }} "
+            f"usdt:{g}:istrace:cmd_done {{ @done[arg3] = count(); }}")
+    bt = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    try:
+        assert bt.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # "Attaching N probes..." once it is ready
+            line = bt.stdout.readline()
+            if "Attaching" in line or not line:
+                break
+        time.sleep(0.5)
+        ok(run_gen(tb, "--size", "64k", "--count", "100", "--queue-depth", "4", "--quiet"))
+        bt.send_signal(2)
+        out = bt.communicate(timeout=30)[0]
+    finally:
+        if bt.poll() is None:
+            bt.kill()
+            bt.wait()
+    assert "@issue: 100" in out and "@first: 100" in out
+    assert "@done[0]: 100" in out and f"@bytes: {100 * 65536}" in out
