@@ -660,3 +660,25 @@ def test_text_and_summary_agree_with_tables(dec: Path, tmp: Path) -> None:
               re.findall(r"^\s+(i2t|t2i) ([A-Za-z0-9 -]+?)\s+(\d+)\s+data", summ, re.M)}
     want = res.pdus.groupby(["dir", "opcode_name"]).size().to_dict()
     assert per_op == want, (per_op, want)
+
+
+def test_capture_starts_inside_a_header(dec: Path, tmp: Path) -> None:
+    """Every PDU cut in three; the capture's first segment of each direction starts 16 bytes
+    into a BHS (the READ(10) command, the second Data-In). Decoding resumes at the next PDU."""
+    conv = dc.basic()
+    conv.assign_seqs()
+    segs = conv.flow.handshake()
+    for p in conv.pdus:
+        for a, b in ((0, 16), (16, 40), (40, len(p.data))):
+            segs += conv.flow.send(p.dir, p.data[a:b], seg=1 << 20)
+    segs += conv.flow.fin()
+    cmd = by_name(conv, 0x01, 2)
+    din1 = by_name(conv, 0x25, 2, datasn=1)
+    first = {"i2t": cmd.seq + 16, "t2i": din1.seq + 16}
+    start = min(i for i, s in enumerate(segs) if s.seq == first[s.dir] and s.payload)
+    kept = [s for s in segs[start:]
+            if not s.payload or ((s.seq - first[s.dir]) & 0xFFFFFFFF) < 1 << 31]
+    res = decode(dec, write(tmp, "inhdr.pcap", conv.flow, kept), "--block-size", str(dc.BLOCK))
+    assert res.rc == 0, res.stderr
+    later = [p for p in conv.pdus if p.seq > first[p.dir]]
+    check_all(res, conv, only=later)
