@@ -30,7 +30,7 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     # (on a starved CPU a timer may resend a few more needlessly).
     assert dropped <= len(rtx) <= dropped * 2 + 50, (dropped, len(rtx))
     st = cap.track.states
-    assert (st["state"] == "Recovery").sum() >= 1
+    assert st["state"].isin(["Recovery", "Loss"]).sum() >= 1
     # Losses tied to the READ they hit (a resent login or response PDU may have none).
     assert rtx["cmd"].notna().mean() >= 0.9, rtx["cmd"].isna().sum()
     diag = report.diagnose(cap)
