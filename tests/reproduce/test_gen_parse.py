@@ -21,3 +21,11 @@ def test_errors_and_garbage_are_refused():
         parse_gen_json(SAMPLE.replace('"errors": 0', '"errors": 3'))
     with pytest.raises(ReproError, match="no JSON"):
         parse_gen_json("segfault\n")
+
+
+def test_stalled_run_keeps_partial_figures_only_when_asked():
+    stalled = SAMPLE.replace('"exit": 0, "error": null', '"exit": 8, "error": "target silent"')
+    with pytest.raises(ReproError):
+        parse_gen_json(stalled)
+    r = parse_gen_json(stalled, allow_stall=True)
+    assert r.mbps == pytest.approx(0.524) and r.raw["exit"] == 8
