@@ -4,7 +4,8 @@ Each bpftrace line is `layer event mono_ns pid comm key=value ...`; iSCSI header
 as raw little-endian u64 words and are decoded here (ITT, opcode, LBA, transfer length), so the
 probe script stays small. One kernel runs both ends, so events split into host `initiator` and
 `target` by what they probe (LIO functions and the socket with local port 3260 are the target)
-and share one clock: clock.json says so (offset 0).
+and share one clock: clock-vm.json says so (offset 0); bpf-clock.json converts the probes'
+CLOCK_MONOTONIC to CLOCK_REALTIME.
 """
 
 from __future__ import annotations
@@ -74,13 +75,16 @@ def parse_line(line: str, offset_ns: int, ini_ip: str, tgt_ip: str,
         if name == "rq_complete" and kv.get("err", "0") != "0":
             rec["reason"] = f"{kv.get('rwbs')} err={kv['err']}"
     elif probe == "scsi":
-        op, lba, nbytes = decode_cdb(_bytes(kv["cdb0"], kv["cdb1"]), block_size)
-        rec.update(opcode=op, cdb_opcode=op, lba=lba, bytes=nbytes, tag=int(kv["tag"]))
+        # No CDB here (see probes.bt.in): vm_analysis takes the LBA from iscsi queuecommand.
+        op = int(kv["op"])
+        rec.update(opcode=op, cdb_opcode=op, tag=int(kv["tag"]))
         if name == "cmd_done":
             rec["reason"] = f"result=0x{int(kv['result']) & 0xffffffff:x}"
+        else:
+            rec["reason"] = f"sgl={kv['sgl']}"
     elif probe == "iscsi" and name == "queuecommand":
         op, lba, nbytes = decode_cdb(_bytes(kv["cdb0"], kv["cdb1"]), block_size)
-        rec.update(opcode=0x01, cdb_opcode=op, lba=lba, bytes=nbytes)
+        rec.update(opcode=0x01, cdb_opcode=op, lba=lba, bytes=nbytes, tag=int(kv["tag"]))
     elif probe in ("iscsi", "lio") and name in ("task_xmit", "cmd_rx"):
         bhs = _bytes(kv["bhs0"]) + bytes(8) + _bytes(kv["bhs2"])
         op, lba, nbytes = decode_cdb(_bytes(kv["cdb0"], kv["cdb1"]), block_size)
@@ -125,7 +129,9 @@ def convert_dir(cap: Path, ini_ip: str, tgt_ip: str) -> dict[str, int]:
     probes = cap / "probes.txt"
     if not probes.exists():
         return {}
-    clock = json.loads((cap / "clock.json").read_text())
+    # bpf-clock.json (clock.json in captures before the merger took that name).
+    pair = cap / "bpf-clock.json"
+    clock = json.loads((pair if pair.exists() else cap / "clock.json").read_text())
     offset = int(clock["realtime_minus_monotonic_ns"])
     block_size = 512
     tb = cap / "testbed.json"

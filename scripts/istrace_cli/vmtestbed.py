@@ -268,7 +268,7 @@ class VmTestbed:
             raise VmError(f"VM testbed {self.cfg.name!r} is not running")
         job = f"{int(time.time() * 1000):x}-{uuid.uuid4().hex[:6]}"
         tmp = self.dir / "cmd" / f"{job}.tmp"
-        tmp.write_text(f". {self.dir}/config.env\n{script}\n")
+        tmp.write_text(f"# timeout={int(timeout_s) + 5}\n. {self.dir}/config.env\n{script}\n")
         tmp.rename(self.dir / "cmd" / f"{job}.sh")
         rc_file = self.dir / "cmd" / f"{job}.rc"
         deadline = time.monotonic() + timeout_s

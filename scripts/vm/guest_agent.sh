@@ -20,7 +20,10 @@ if [ "$(cat "$RUNDIR/up.status")" = ok ]; then
       [ -e "$f" ] || continue
       id=${f%.sh}
       mv "$f" "$id.job"
-      bash "$id.job" > "$id.out" 2>&1
+      # The host's deadline (first line "# timeout=N"), so one stuck request cannot wedge
+      # the agent: the VM stays reachable for the next request and for shutdown.
+      limit=$(sed -n '1s/^# timeout=\([0-9]*\)$/\1/p' "$id.job")
+      timeout -k 10 "${limit:-600}" bash "$id.job" > "$id.out" 2>&1
       echo $? > "$id.rc.tmp"
       mv "$id.rc.tmp" "$id.rc"
     done

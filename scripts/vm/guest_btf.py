@@ -40,10 +40,23 @@ def find_member(types: dict[int, dict[str, Any]], sid: int, name: str) -> tuple[
 
 
 def strip(types: dict[int, dict[str, Any]], tid: int) -> str:
-    """Kind of a type after typedefs and qualifiers (ARRAY, PTR, INT, ...)."""
-    while tid in types and types[tid]["kind"] in ("TYPEDEF", "CONST", "VOLATILE", "RESTRICT"):
+    """Kind of a type after typedefs and qualifiers (ARRAY, PTR, INT, ...), or "?" when the
+    type lives in vmlinux's BTF (module dumps hold only their own types)."""
+    for _ in range(16):
+        if tid not in types:
+            return "?"
+        kind = types[tid]["kind"]
+        if kind not in ("TYPEDEF", "CONST", "VOLATILE", "RESTRICT"):
+            return kind
         tid = types[tid]["type_id"]
-    return types[tid]["kind"] if tid in types else "?"
+    return "?"
+
+
+def member_span(types: dict[int, dict[str, Any]], sid: int, bit_off: int) -> int:
+    """Bits from a member to the next one (or the struct's end)."""
+    later = [m["bits_offset"] for m in types[sid].get("members", [])
+             if m["bits_offset"] > bit_off]
+    return (min(later) if later else types[sid]["size"] * 8) - bit_off
 
 
 def resolve(spec: str, cache: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
@@ -59,6 +72,10 @@ def resolve(spec: str, cache: dict[str, dict[int, dict[str, Any]]]) -> list[str]
                 if hit is None:
                     raise KeyError(f"{struct} has no member {member}")
                 kind = strip(types, hit[1]).lower()
+                if kind == "?":
+                    # Shared with vmlinux (looking there costs minutes under TCG): a member
+                    # spanning more than 16 bytes is an array, never a pointer.
+                    kind = "array" if member_span(types, tid, hit[0]) > 128 else "ptr"
                 return [f"OFF_{struct}_{member}={hit[0] // 8}",
                         f"KIND_{struct}_{member}={'array' if kind == 'array' else 'ptr'}"]
     raise KeyError(f"struct {struct} not found in {module} or vmlinux BTF")

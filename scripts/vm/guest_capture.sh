@@ -16,8 +16,16 @@ W=/dev/shm/istcap.$$
 rm -rf "$W"; mkdir -p "$W" "$OUT"
 pids=()
 cleanup() {
+  # SIGINT lets tcpdump and bpftrace flush; whatever still runs 15 s later is killed.
   for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for _ in $(seq 75); do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.2
+  done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  pids=()
 }
 trap cleanup EXIT
 
@@ -69,7 +77,7 @@ for _ in $(seq 100); do
 done
 
 # The probes print the BPF clock (CLOCK_MONOTONIC); this pair converts it to CLOCK_REALTIME.
-/usr/bin/python3 -c 'import time, json; m = time.clock_gettime_ns(time.CLOCK_MONOTONIC); r = time.time_ns(); m2 = time.clock_gettime_ns(time.CLOCK_MONOTONIC); print(json.dumps({"realtime_minus_monotonic_ns": r - (m + m2) // 2, "bound_ns": (m2 - m) // 2}))' > "$W/clock.json"
+/usr/bin/python3 -c 'import time, json; m = time.clock_gettime_ns(time.CLOCK_MONOTONIC); r = time.time_ns(); m2 = time.clock_gettime_ns(time.CLOCK_MONOTONIC); print(json.dumps({"realtime_minus_monotonic_ns": r - (m + m2) // 2, "bound_ns": (m2 - m) // 2}))' > "$W/bpf-clock.json"
 
 log "workload: $WORKLOAD"
 start=$(date +%s%N)

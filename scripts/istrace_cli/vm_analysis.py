@@ -1,0 +1,278 @@
+"""Cross-layer analysis of VM testbed captures (events-*.jsonl from vm_events).
+
+- `command_table`: one row per SCSI command of the kernel initiator, with its time at every
+  layer: read() syscall, block request, SCSI dispatch, iSCSI queue/transmit, LIO receive/execute/
+  data-in, iSCSI status, SCSI done, block complete, read() return; tied by the blk-mq driver tag
+  (SCSI <-> iSCSI queue), the LBA (block <-> SCSI <-> iSCSI) and the ITT (initiator <-> LIO).
+- `outstanding`: SCSI commands in flight over time, and per window of a readers sweep.
+- plots for docs/: the timeline of one 2 MB read() and transactions/s against readers.
+
+    python -m istrace_cli.vm_analysis timeline CAPDIR --png out.png --csv out.csv
+    python -m istrace_cli.vm_analysis readers CAPDIR[:LABEL] ... --png out.png --csv out.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+READ_OPS = (0x28, 0x88, 0xA8, 0x08)
+
+
+def load_events(cap: Path) -> pd.DataFrame:
+    frames = [pd.read_json(p, lines=True) for p in sorted(cap.glob("events-*.jsonl"))
+              if p.stat().st_size]
+    if not frames:
+        raise ValueError(f"{cap}: no events-*.jsonl with events")
+    ev = pd.concat(frames, ignore_index=True)
+    return ev.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def _sel(ev: pd.DataFrame, host: str, layer: str, event: str) -> pd.DataFrame:
+    return ev[(ev.host == host) & (ev.layer == layer) & (ev.event == event)].copy()
+
+
+def _asof(left: pd.DataFrame, right: pd.DataFrame, left_ts: str, by: str,
+          direction: str, cols: dict[str, str], right_by: str | None = None) -> pd.DataFrame:
+    """For each left row, the nearest right row (by time, same key) -> renamed columns."""
+    right_by = right_by or by
+    r = right.dropna(subset=[right_by])[["ts_ns", right_by, *[c for c in cols if c != "ts_ns"]]]
+    r = r.rename(columns={right_by: by, **cols}).astype({by: "int64"})
+    r["_rts"] = r[cols["ts_ns"]].astype("int64")
+    lhs = left.reset_index().dropna(subset=[left_ts, by])
+    lhs = lhs.astype({by: "int64", left_ts: "int64"}).sort_values(left_ts)
+    m = pd.merge_asof(lhs, r.sort_values("_rts"), left_on=left_ts, right_on="_rts", by=by,
+                      direction=direction)  # type: ignore[arg-type]
+    m = m.set_index("index").drop(columns=["_rts"])
+    out = left.copy()
+    for c in cols.values():
+        out[c] = m[c].reindex(out.index)
+    return out
+
+
+def _status_pdus(ev: pd.DataFrame) -> pd.DataFrame:
+    """Initiator PDUs that end a command: SCSI Response, or Data-In with the S bit."""
+    pdus = _sel(ev, "initiator", "iscsi", "pdu_complete")
+    flags = pdus.reason.fillna("").map(
+        lambda r: int(m.group(1), 16) if (m := re.search(r"flags=0x([0-9a-f]+)", r)) else 0)
+    return pdus[(pdus.opcode == 0x21) | ((pdus.opcode == 0x25) & (flags & 0x01 > 0))]
+
+
+def command_table(ev: pd.DataFrame) -> pd.DataFrame:
+    """One row per SCSI command the kernel initiator queued, with every layer's time."""
+    cmds = _sel(ev, "initiator", "iscsi", "queuecommand")
+    cmds = cmds[["ts_ns", "lba", "bytes", "tag", "cdb_opcode", "pid"]].rename(
+        columns={"ts_ns": "iscsi_queue_ns"}).reset_index(drop=True)
+    cmds = _asof(cmds, _sel(ev, "initiator", "scsi", "cmd_issue"), "iscsi_queue_ns", "tag",
+                 "backward", {"ts_ns": "scsi_issue_ns"})
+    cmds = _asof(cmds, _sel(ev, "initiator", "scsi", "cmd_done"), "iscsi_queue_ns", "tag",
+                 "forward", {"ts_ns": "scsi_done_ns"})
+    cmds = _asof(cmds, _sel(ev, "initiator", "iscsi", "task_xmit"), "iscsi_queue_ns", "lba",
+                 "forward", {"ts_ns": "iscsi_xmit_ns", "itt": "itt"})
+    cmds = _asof(cmds, _sel(ev, "target", "iscsi", "cmd_rx"), "iscsi_xmit_ns", "itt",
+                 "forward", {"ts_ns": "lio_rx_ns", "lba": "lio_lba"})
+    cmds = _asof(cmds, _sel(ev, "target", "scsi", "cmd_exec"), "lio_rx_ns", "itt",
+                 "forward", {"ts_ns": "lio_exec_ns"})
+    cmds = _asof(cmds, _sel(ev, "target", "scsi", "data_in"), "lio_rx_ns", "itt",
+                 "forward", {"ts_ns": "lio_data_in_ns"})
+    cmds = _asof(cmds, _status_pdus(ev), "iscsi_xmit_ns", "itt", "forward",
+                 {"ts_ns": "iscsi_status_ns"})
+    cmds = _asof(cmds, _sel(ev, "initiator", "block", "rq_issue"), "scsi_issue_ns", "lba",
+                 "backward", {"ts_ns": "rq_issue_ns", "pid": "rq_pid"})
+    cmds = _asof(cmds, _sel(ev, "initiator", "block", "rq_complete"), "scsi_done_ns", "lba",
+                 "forward", {"ts_ns": "rq_complete_ns"})
+    sys_in = _sel(ev, "initiator", "syscall", "read_enter")
+    sys_out = _sel(ev, "initiator", "syscall", "read_exit")
+    cmds = _asof(cmds, sys_in, "rq_issue_ns", "rq_pid", "backward",
+                 {"ts_ns": "read_enter_ns", "bytes": "read_bytes"}, right_by="pid")
+    cmds = _asof(cmds, sys_out, "rq_complete_ns", "rq_pid", "forward",
+                 {"ts_ns": "read_exit_ns"}, right_by="pid")
+    cmds["outstanding"] = _outstanding_at_issue(cmds)
+    cmds.insert(0, "cmd", range(len(cmds)))
+    return cmds
+
+
+def _outstanding_at_issue(cmds: pd.DataFrame) -> pd.Series:
+    """SCSI commands in flight when each one was dispatched (itself included)."""
+    issue = cmds.scsi_issue_ns.fillna(cmds.iscsi_queue_ns).astype("int64")
+    done = cmds.scsi_done_ns.fillna(pd.Series([2**62] * len(cmds))).astype("int64")
+    order = issue.sort_values().values
+    ends = done.sort_values().values
+    started = pd.Series(order).searchsorted(issue.values, side="right")
+    finished = pd.Series(ends).searchsorted(issue.values, side="right")
+    return pd.Series(started - finished, index=cmds.index)
+
+
+def inflight_series(ev: pd.DataFrame) -> pd.DataFrame:
+    """Step series of SCSI commands in flight: columns ts_ns, inflight (after the event)."""
+    iss = _sel(ev, "initiator", "scsi", "cmd_issue")
+    don = _sel(ev, "initiator", "scsi", "cmd_done")
+    steps = pd.concat([pd.DataFrame({"ts_ns": iss.ts_ns, "d": 1}),
+                       pd.DataFrame({"ts_ns": don.ts_ns, "d": -1})]).sort_values(
+        ["ts_ns", "d"], kind="stable")
+    steps["inflight"] = steps.d.cumsum().clip(lower=0)
+    return steps[["ts_ns", "inflight"]].reset_index(drop=True)
+
+
+def reader_windows(cap: Path) -> pd.DataFrame:
+    """The readers sweep's windows from workload.out markers, with fio's own results."""
+    rows: dict[int, dict[str, float]] = {}
+    last = 0
+    for line in (cap / "workload.out").read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "READERS":
+            n = int(parts[1])
+            rows.setdefault(n, {"readers": n})[parts[2].lower() + "_ns"] = int(parts[3])
+            last = n
+        elif parts[:1] == ["READERS_RESULT"] and last in rows:
+            rows[last].update(fio_ios=float(parts[1]), fio_iops=float(parts[2]),
+                              fio_clat_us=float(parts[3]) / 1000)
+    return pd.DataFrame(list(rows.values()))
+
+
+def readers_table(cap: Path, label: str) -> pd.DataFrame:
+    """Per reader count: transactions/s and SCSI commands in flight, both from the tracer."""
+    ev = load_events(cap)
+    steps = inflight_series(ev)
+    done = _sel(ev, "initiator", "scsi", "cmd_done")
+    done = done[done.opcode.isin(READ_OPS)]
+    out = []
+    for w in reader_windows(cap).itertuples():
+        lo, hi = int(w.start_ns), int(w.end_ns)
+        # Skip fio's first half second (process start-up) when measuring the steady state.
+        lo_ss = lo + 500_000_000
+        in_w = steps[(steps.ts_ns >= lo_ss) & (steps.ts_ns < hi)]
+        ts = pd.concat([pd.Series([lo_ss]), in_w.ts_ns, pd.Series([hi])]).values
+        before = steps[steps.ts_ns < lo_ss].inflight
+        vals = pd.concat([pd.Series([before.iloc[-1] if len(before) else 0]),
+                          in_w.inflight]).values
+        dur = (ts[1:] - ts[:-1]).astype(float)
+        mean_inflight = float((vals * dur).sum() / dur.sum()) if dur.sum() else 0.0
+        n_done = int(((done.ts_ns >= lo_ss) & (done.ts_ns < hi)).sum())
+        out.append({"config": label, "readers": int(w.readers),
+                    "tx_per_s": n_done / ((hi - lo_ss) / 1e9),
+                    "fio_iops": getattr(w, "fio_iops", float("nan")),
+                    "inflight_mean": round(mean_inflight, 2),
+                    "inflight_max": int(in_w.inflight.max()) if len(in_w) else 0,
+                    "fio_clat_us": getattr(w, "fio_clat_us", float("nan"))})
+    return pd.DataFrame(out)
+
+
+# -- plots ----------------------------------------------------------------------------------
+_LANES = [  # (label, start column, end column, colour)
+    ("read() syscall", "read_enter_ns", "read_exit_ns", "#4c72b0"),
+    ("block request", "rq_issue_ns", "rq_complete_ns", "#55a868"),
+    ("SCSI command", "scsi_issue_ns", "scsi_done_ns", "#c44e52"),
+    ("iSCSI task (initiator)", "iscsi_xmit_ns", "iscsi_status_ns", "#8172b2"),
+    ("LIO command (target)", "lio_rx_ns", "lio_data_in_ns", "#ccb974"),
+]
+
+
+def plot_timeline(cmds: pd.DataFrame, ev: pd.DataFrame, png: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = int(cmds.read_enter_ns.min() if cmds.read_enter_ns.notna().any()
+             else cmds.iscsi_queue_ns.min())
+    t1 = int(cmds[["read_exit_ns", "scsi_done_ns"]].max().max())
+    n = len(cmds)
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.9 * (len(_LANES) + 1)))
+    for lane, (_label, a, b, colour) in enumerate(_LANES):
+        y = len(_LANES) - lane
+        spans = cmds[[a, b]].dropna().drop_duplicates()
+        for i, (s, e) in enumerate(spans.itertuples(index=False)):
+            h = 0.8 / max(1, len(spans)) if len(spans) > 1 else 0.6
+            ax.broken_barh([((s - t0) / 1e6, max((e - s) / 1e6, 0.05))],
+                           (y - 0.4 + i * h, h * 0.9 if len(spans) > 1 else h),
+                           facecolors=colour)
+        ax.text((t1 - t0) / 1e6 * 1.01, y, f"{len(spans)}", va="center", fontsize=9)
+    tcp = ev[(ev.layer == "tcp") & (ev.ts_ns >= t0) & (ev.ts_ns <= t1)]
+    for host, marker, yoff in (("initiator", "|", -0.15), ("target", "|", 0.15)):
+        pts = tcp[tcp.host == host]
+        ax.plot((pts.ts_ns - t0) / 1e6, [yoff] * len(pts), marker, ms=6, alpha=0.5,
+                label=f"tcp_probe ({host} receives)")
+    ax.set_yticks(list(range(len(_LANES), 0, -1)) + [0])
+    ax.set_yticklabels([lane[0] for lane in _LANES] + ["TCP segments"])
+    ax.set_xlabel("ms since read() entry")
+    ax.set_xlim(-0.02 * (t1 - t0) / 1e6, (t1 - t0) / 1e6 * 1.06)
+    ax.set_title(f"{title}: {n} SCSI command(s)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot_readers(table: pd.DataFrame, png: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, g in table.groupby("config", sort=False):
+        g = g.sort_values("readers")
+        a1.plot(g.readers, g.tx_per_s, "o-", label=str(label))
+        a2.plot(g.readers, g.inflight_max, "o-", label=f"{label} (max)")
+        a2.plot(g.readers, g.inflight_mean, "x--", label=f"{label} (mean)")
+    for ax in (a1, a2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("parallel 512-byte readers")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    a1.set_ylabel("transactions/s (SCSI READs completed, tracer)")
+    a2.set_ylabel("SCSI commands outstanding (tracer)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="vm_analysis", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("timeline", help="per-command table and timeline of one capture")
+    t.add_argument("cap")
+    t.add_argument("--png")
+    t.add_argument("--csv")
+    t.add_argument("--title", default="One 2 MB O_DIRECT read() on the kernel initiator")
+    r = sub.add_parser("readers", help="transactions/s and outstanding against readers")
+    r.add_argument("caps", nargs="+", help="CAPDIR[:LABEL]")
+    r.add_argument("--png")
+    r.add_argument("--csv")
+    r.add_argument("--title", default="Parallel 512-byte readers, kernel initiator -> LIO")
+    a = p.parse_args(argv)
+    try:
+        if a.what == "timeline":
+            ev = load_events(Path(a.cap))
+            cmds = command_table(ev)
+            if a.csv:
+                cmds.to_csv(a.csv, index=False)
+            if a.png:
+                plot_timeline(cmds, ev, Path(a.png), a.title)
+            print(cmds.to_string(max_rows=80))
+        else:
+            tables = []
+            for spec in a.caps:
+                cap, _, label = spec.partition(":")
+                tables.append(readers_table(Path(cap), label or Path(cap).name))
+            table = pd.concat(tables, ignore_index=True)
+            if a.csv:
+                table.to_csv(a.csv, index=False)
+            if a.png:
+                plot_readers(table, Path(a.png), a.title)
+            print(table.to_string())
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"vm_analysis: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
