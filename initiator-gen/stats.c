@@ -64,9 +64,19 @@ void stats_init(struct stats *s)
 	s->t_start = s->t_last = now_ns();
 }
 
+/* Called under the lock whenever outstanding is about to change. */
+static void integrate(struct stats *s, uint64_t t)
+{
+	if (s->t_change && t > s->t_change && t > s->t_start)
+		s->outstanding_ns += (double)s->outstanding *
+				     (double)(t - (s->t_change > s->t_start ? s->t_change : s->t_start));
+	s->t_change = t;
+}
+
 void stats_issue(struct stats *s)
 {
 	pthread_mutex_lock(&s->mu);
+	integrate(s, now_ns());
 	if (++s->outstanding > s->max_outstanding)
 		s->max_outstanding = s->outstanding;
 	pthread_mutex_unlock(&s->mu);
@@ -74,14 +84,17 @@ void stats_issue(struct stats *s)
 
 void stats_done(struct stats *s, uint64_t lat_ns, uint64_t bytes)
 {
+	uint64_t t = now_ns();
 	pthread_mutex_lock(&s->mu);
+	integrate(s, t);
+	s->lat_sum_ns += lat_ns;
 	hist_add(&s->total, lat_ns);
 	hist_add(&s->interval, lat_ns);
 	s->bytes += bytes;
 	s->int_bytes += bytes;
 	s->cmds++;
 	s->int_cmds++;
-	s->t_done = now_ns();
+	s->t_done = t;
 	s->outstanding--;
 	pthread_mutex_unlock(&s->mu);
 }
@@ -128,6 +141,9 @@ void stats_summary(struct stats *s, int json, const char *mode, int exit_code,
 	double p90 = (double)hist_quantile(&s->total, 0.90) / 1e3;
 	double p99 = (double)hist_quantile(&s->total, 0.99) / 1e3;
 	double mx = (double)s->total.max / 1e3;
+	double mean = s->cmds ? (double)s->lat_sum_ns / (double)s->cmds / 1e3 : 0;
+	integrate(s, end);
+	double out_mean = s->outstanding_ns / (secs * 1e9);
 	fprintf(stderr,
 		"summary (%s): %llu bytes in %.3f s = %.1f MB/s, %.0f IOPS, %llu commands, "
 		"%llu errors\n  latency us: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n",
@@ -136,11 +152,13 @@ void stats_summary(struct stats *s, int json, const char *mode, int exit_code,
 	if (json) {
 		printf("{\"mode\": \"%s\", \"bytes\": %llu, \"seconds\": %.6f, \"mb_s\": %.3f, "
 		       "\"iops\": %.1f, \"commands\": %llu, \"errors\": %llu, "
-		       "\"verify_errors\": %llu, \"max_outstanding\": %d, \"lat_us\": {\"p50\": %.1f, \"p90\": %.1f, "
-		       "\"p99\": %.1f, \"max\": %.1f}, \"exit\": %d, \"error\": ",
+		       "\"verify_errors\": %llu, \"max_outstanding\": %d, \"outstanding_mean\": %.3f, "
+		       "\"lat_us\": {\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, \"max\": %.1f, "
+		       "\"mean\": %.1f}, \"exit\": %d, \"error\": ",
 		       mode, (unsigned long long)s->bytes, secs, mbs, iops,
 		       (unsigned long long)s->cmds, (unsigned long long)s->errors,
-		       (unsigned long long)s->verify_errors, s->max_outstanding, p50, p90, p99, mx, exit_code);
+		       (unsigned long long)s->verify_errors, s->max_outstanding, out_mean, p50, p90, p99,
+		       mx, mean, exit_code);
 		if (error)
 			json_puts(stdout, error);
 		else

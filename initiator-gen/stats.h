@@ -27,6 +27,9 @@ struct stats {
 	uint64_t bytes, cmds, errors, verify_errors;
 	uint64_t int_bytes, int_cmds;
 	int outstanding, max_outstanding;
+	uint64_t lat_sum_ns;
+	double outstanding_ns; /* integral of outstanding over time, for its mean */
+	uint64_t t_change;     /* last change of outstanding */
 	uint64_t t_start, t_last, t_done; /* t_done: last completion */
 };
 

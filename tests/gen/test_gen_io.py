@@ -60,6 +60,8 @@ def test_queue_depth(tb: Bed, qd: int) -> None:
     assert s["commands"] == 600 and s["queue_depth"] == qd
     # the engine really keeps qd commands in flight, never more
     assert s["max_outstanding"] == qd
+    assert 0.5 * qd <= s["outstanding_mean"] <= qd
+    assert 0 < s["lat_us"]["p50"] <= s["lat_us"]["max"] and s["lat_us"]["mean"] > 0
 
 
 def test_four_sessions(tb: Bed) -> None:
