@@ -682,3 +682,19 @@ def test_capture_starts_inside_a_header(dec: Path, tmp: Path) -> None:
     assert res.rc == 0, res.stderr
     later = [p for p in conv.pdus if p.seq > first[p.dir]]
     check_all(res, conv, only=later)
+
+
+def test_same_four_tuple_reused_after_fin(dec: Path, tmp: Path) -> None:
+    """A second session on the same addresses and ports with a new ISN after the first one
+    closed: both decode exactly (state of the first must not leak into the second)."""
+    a = dc.basic(flow=pw.Flow(ini_isn=1000, tgt_isn=5_000_000))
+    b = dc.basic(digests=True, flow=pw.Flow(ini_isn=0x7000_0000, tgt_isn=0x9000_0000))
+    sa, sb = a.segments(), b.segments()
+    pk = pw.packets_of(a.flow, sa, t0_ns=T0) + pw.packets_of(b.flow, sb, t0_ns=T0 + 10**9)
+    path = Path(pw.write_capture(str(tmp / "reuse.pcap"), pk))
+    res = decode(dec, path)
+    assert res.rc == 0, res.stderr
+    ts = res.pdus["ts_ns"].astype("int64")
+    for conv, part in ((a, res.pdus[ts < T0 + 10**9]), (b, res.pdus[ts >= T0 + 10**9])):
+        check_all(Decoded(res.rc, res.stderr, part, res.commands, res.connections, res.outdir),
+                  conv)

@@ -56,7 +56,7 @@ def lossy(tmp_path_factory: pytest.TempPathFactory) -> Lossy:
                 r = tb.run_ini(cmd, capture_output=True, timeout=90)
                 rc[name], out[name] = r.returncode, (r.stdout or "") + (r.stderr or "")
         finally:
-            drops, unwritten = _stop_tcpdump(cap)
+            drops, unwritten = _stop_tcpdump(cap, pcap)
     res = decode(NATIVE_BIN, pcap, outdir=tmp / "istrace")
     assert res.rc == 0, res.stderr
     tsh = parse_pdml(run_tshark_pdml(pcap, tmp / "tshark.pdml"))

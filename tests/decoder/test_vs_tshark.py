@@ -81,9 +81,11 @@ def _workloads(tb: Testbed) -> list[tuple[str, list[str]]]:
 
 
 def _start_tcpdump(tb: Testbed, path: Path) -> subprocess.Popen[str]:
-    cap = tb.popen_ini(["tcpdump", "-i", tb.ini_dev, "-B", "524288", "-s", "0", "-U", "-w",
-                        str(path), "tcp port 3260"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True)
+    # --immediate-mode: no packet waits in a half-filled ring block, so nothing is left
+    # behind when tcpdump is stopped.
+    cap = tb.popen_ini(["tcpdump", "-i", tb.ini_dev, "-B", "524288", "-s", "0", "-U",
+                        "--immediate-mode", "-w", str(path), "tcp port 3260"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     tb.record_pid(cap.pid, "tcpdump")
     assert cap.stderr is not None
     ready, _, _ = select.select([cap.stderr], [], [], 15)
@@ -95,10 +97,17 @@ def _start_tcpdump(tb: Testbed, path: Path) -> subprocess.Popen[str]:
     return cap
 
 
-def _stop_tcpdump(cap: subprocess.Popen[str]) -> tuple[int, int]:
+def _stop_tcpdump(cap: subprocess.Popen[str], path: Path) -> tuple[int, int]:
     """Stop tcpdump; (dropped by kernel, not written). tcpdump stops reading at SIGINT, so
-    give it a moment to drain what the kernel already holds."""
-    time.sleep(1.0)
+    first let it drain what the kernel holds: wait until the file (written per packet, -U)
+    stops growing for a second, at most 5 s."""
+    last, deadline = -1, time.monotonic() + 5
+    while time.monotonic() < deadline:
+        size = path.stat().st_size if path.exists() else 0
+        if size == last:
+            break
+        last = size
+        time.sleep(1.0)
     cap.send_signal(signal.SIGINT)
     try:
         _, err = cap.communicate(timeout=20)
@@ -125,7 +134,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Real:
                 r = tb.run_ini(cmd, capture_output=True, timeout=120)
                 rc[name], outs[name] = r.returncode, (r.stdout or "") + (r.stderr or "")
         finally:
-            drops, unwritten = _stop_tcpdump(cap)
+            drops, unwritten = _stop_tcpdump(cap, pcap)
     res = decode(NATIVE_BIN, pcap, outdir=tmp / "istrace")
     assert res.rc == 0, res.stderr
     tsh = parse_pdml(run_tshark_pdml(pcap, tmp / "tshark.pdml"))
