@@ -13,6 +13,7 @@
 #define SENSE_KEEP 260                    /* SCSI Response data kept (sense length + sense) */
 #define HUNT_MAX (1024 * 1024)            /* bytes buffered while looking for a BHS */
 #define OOO_MAX_BYTES (8u * 1024 * 1024)  /* out-of-order bytes held per direction */
+#define OOO_MAX_TOTAL (256ull * 1024 * 1024) /* ... and by all directions together */
 #define MAX_LUN_BS 16
 
 enum parse_state { P_HUNT, P_HDR, P_DATA };
@@ -30,7 +31,7 @@ struct piece {
 	uint8_t seg_start;
 	int64_t ts;
 };
-#define MAX_PIECES 64
+#define MAX_PIECES 32
 
 struct stream {
 	/* TCP reassembly */
@@ -42,7 +43,7 @@ struct stream {
 	uint8_t state;
 	uint8_t started;           /* parser has seen its first byte */
 	uint32_t pos_seq;          /* TCP seq of the next byte the parser sees */
-	uint8_t hdr[HDR_MAX];
+	uint8_t *hdr;              /* HDR_MAX bytes, allocated the first time a header is split */
 	uint32_t hdr_have, hdr_need;
 	uint32_t pdu_seq;          /* seq of the current PDU's first byte */
 	int64_t cur;               /* ring index of the PDU being assembled, -1 none */
@@ -114,6 +115,7 @@ void pdu_finish(struct decoder *d, struct conn *c, int dir, int64_t idx, const u
 		uint32_t have, uint8_t ddigest, uint32_t notes);
 void pdu_add_notes(struct decoder *d, int64_t idx, uint32_t notes);
 struct decode_stats *decoder_stats(struct decoder *d);
+uint64_t *decoder_ooo_total(struct decoder *d); /* out-of-order bytes held, all streams */
 
 /* session.c: the packet loop pieces, for readers other than libpcap (mapped.c). */
 struct decoder *decoder_begin(const struct decode_opts *o, const struct decode_sinks *s,

@@ -350,6 +350,12 @@ static void process(struct decoder *d, struct conn *c, int dir, const uint8_t *p
 					}
 				}
 			}
+			if (!s->hdr && !(s->hdr = malloc(HDR_MAX))) {
+				/* No memory for a split header: lose this PDU, find the next one. */
+				decoder_stats(d)->dropped_pdus++;
+				go_hunt(s);
+				continue;
+			}
 			uint32_t need = s->hdr_have < BHS_LEN ? BHS_LEN : s->hdr_need;
 			uint32_t take = need - s->hdr_have;
 			if (take > n)
@@ -537,6 +543,7 @@ void stream_free(struct stream *s)
 		s->ooo = q->next;
 		free(q);
 	}
+	free(s->hdr);
 	free(s->dbuf);
 	free(s->hbuf);
 	free(s->replay);

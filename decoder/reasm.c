@@ -43,6 +43,7 @@ static void drain(struct decoder *d, struct conn *c, int dir)
 		struct ooo_seg *q = s->ooo;
 		s->ooo = q->next;
 		s->ooo_bytes -= q->caplen;
+		*decoder_ooo_total(d) -= q->caplen;
 		uint32_t end = q->seq + q->len;
 		if (seq_le(end, s->next_seq)) {
 			st->retransmits++;
@@ -99,9 +100,11 @@ static void enqueue(struct decoder *d, struct conn *c, int dir, uint32_t seq,
 	q->next = *pp;
 	*pp = q;
 	s->ooo_bytes += cap;
+	uint64_t *total = decoder_ooo_total(d);
+	*total += cap;
 	st->reordered++;
 	/* Bounded memory: past the limit, give up on the hole before the first queued byte. */
-	while (s->ooo && s->ooo_bytes > OOO_MAX_BYTES) {
+	while (s->ooo && (s->ooo_bytes > OOO_MAX_BYTES || *total > OOO_MAX_TOTAL)) {
 		st->ooo_evicted++;
 		force_gap(d, c, dir, s->ooo->seq);
 	}

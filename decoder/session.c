@@ -35,11 +35,13 @@ struct decoder {
 	uint64_t pr_head, pr_next, pr_cap;
 	struct cmd_rec *cr;
 	uint64_t cr_head, cr_next, cr_cap;
+	uint64_t ooo_total;
 };
 
 #define PR_MAX (1u << 17) /* PDUs held back behind one still being assembled */
 
 struct decode_stats *decoder_stats(struct decoder *d) { return d->st; }
+uint64_t *decoder_ooo_total(struct decoder *d) { return &d->ooo_total; }
 
 void decode_opts_init(struct decode_opts *o)
 {
