@@ -163,6 +163,7 @@ def plot_sessions(df: pd.DataFrame, search: pd.DataFrame, path: Path, title: str
             ax.plot([int(best["sessions"])], [float(best["mbps"])], "*", ms=14, color="C1",
                     label=f"search pick: {int(best['sessions'])}")
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_title(f"one-way delay {d:g} ms", fontsize=9)
         ax.set_xlabel("parallel sessions")
         ax.grid(True, which="both", alpha=0.3)
