@@ -266,6 +266,7 @@ static int on_pdu(struct worker *w)
 		if (h.raw[2] != 0) {
 			err_set(&c->err, EXIT_SCSI, "target failure on ITT 0x%08x (iSCSI response 0x%02x)",
 				h.itt, h.raw[2]);
+			stats_error(w->run->st, 0);
 			return -1;
 		}
 		return complete(w, k, h.raw[3], c->scratch, h.dsl, h.flags, h.word44);

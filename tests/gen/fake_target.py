@@ -4,6 +4,7 @@ tested (Reject, sense data, out-of-order Data-In, Async logout request, bad dige
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
 import threading
@@ -36,8 +37,9 @@ def _pdu(opcode: int, flags: int, itt: int, data: bytes = b"", **fields: int) ->
 class FakeTarget:
     """Serves one connection at a time until close(); `mode` picks the misbehaviour."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, seed: int = 0) -> None:
         self.mode = mode
+        self.rng = random.Random(seed)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -133,6 +135,27 @@ class FakeTarget:
                 if self._stop.wait(0.2):
                     return
                 conn.sendall(_pdu(0x20, 0x80, 0xFFFFFFFF, b"", **{**sn, "b20": 0xFFFFFFFF}))
+        elif self.mode == "fuzz":  # plausible-looking nonsense, then hang up
+            for _ in range(self.rng.randint(1, 6)):
+                conn.sendall(self._random_pdu(itt, sn))
         elif self.mode == "good":
             data = bytes(edtl)
             conn.sendall(_pdu(0x25, 0x81, itt, data, **sn, b36=0, b40=0))
+
+    def _random_pdu(self, itt: int, sn: dict[str, int]) -> bytes:
+        r = self.rng
+        op = r.choice([0x20, 0x21, 0x22, 0x24, 0x25, 0x26, 0x31, 0x32, 0x3F, r.randrange(64)])
+        dsl = r.choice([0, 1, 3, 48, 512, 4096, 70000, r.randrange(1 << 17)])
+        fields = {**sn}
+        for off in (20, 24, 28, 32, 36, 40, 44):
+            if r.random() < 0.5:
+                fields[f"b{off}"] = r.choice([0, 1, 0xFFFFFFFF, 0x7FFFFFFF, r.randrange(1 << 32)])
+        tag = itt if r.random() < 0.7 else r.randrange(1 << 32)
+        data = bytes(r.randrange(256) for _ in range(dsl))
+        pdu = bytearray(_pdu(op, r.randrange(256), tag, data, **fields))
+        pdu[2], pdu[3] = r.randrange(256), r.randrange(256)
+        if r.random() < 0.2:
+            pdu[4] = r.randrange(256)  # an AHS length the data does not match
+        if r.random() < 0.2:  # a truncated PDU
+            pdu = pdu[: r.randrange(len(pdu))]
+        return bytes(pdu)

@@ -4,21 +4,26 @@ name, Data-In out of order, an Async Message asking for logout, a refused login.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from conftest import gen_binary
 from fake_target import FakeTarget
 
 
-def run_against(mode: str, *args: str) -> tuple[int, dict, str]:
-    tgt = FakeTarget(mode)
+def run_against(mode: str, *args: str, binary: str = "", seed: int = 0
+                ) -> tuple[int, dict, str]:
+    tgt = FakeTarget(mode, seed)
     try:
-        proc = subprocess.run([gen_binary(), "--portal", f"127.0.0.1:{tgt.port}", "--target",
-                               "iqn.fake:t", "--size", "4k", "--count", "1", "--json",
-                               "--timeout", "3", *args], capture_output=True, text=True,
-                              timeout=30, check=False)
+        argv = [binary or gen_binary(), "--portal", f"127.0.0.1:{tgt.port}", "--target",
+                "iqn.fake:t", "--size", "4k", "--count", "1", "--json", "--timeout", "3", *args]
+        # leaks at exit are not errors here; memory and UB errors are
+        env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                              env=env)
     finally:
         tgt.close()
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -47,3 +52,24 @@ def test_fake_target_faults(mode: str, code: int, text: str) -> None:
     assert rc == code, err
     assert text in err
     assert s["exit"] == code and text in s["error"]
+
+
+@pytest.fixture(scope="module")
+def sanitized_gen() -> str:
+    """istrace-gen built with ASan/UBSan (make -C initiator-gen istrace-gen-san)."""
+    root = Path(gen_binary()).parent
+    subprocess.run(["make", "-s", "-C", str(root), "istrace-gen-san"], check=True, timeout=300,
+                   capture_output=True)
+    return str(root / "istrace-gen-san")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_nonsense_from_target_is_handled(sanitized_gen: str, seed: int) -> None:
+    """Random but plausible PDUs: a clean exit code, no memory error, no undefined behaviour."""
+    t = time.monotonic()
+    rc, s, err = run_against("fuzz", "--timeout", "1", binary=sanitized_gen, seed=seed)
+    assert "Sanitizer" not in err and "runtime error" not in err, err
+    assert rc in (0, 5, 6, 8, 9), (rc, err)
+    assert time.monotonic() - t < 10
+    if rc:
+        assert s["exit"] == rc and s["error"]
