@@ -698,3 +698,25 @@ def test_same_four_tuple_reused_after_fin(dec: Path, tmp: Path) -> None:
     for conv, part in ((a, res.pdus[ts < T0 + 10**9]), (b, res.pdus[ts >= T0 + 10**9])):
         check_all(Decoded(res.rc, res.stderr, part, res.commands, res.connections, res.outdir),
                   conv)
+
+
+def test_tables_load_in_pandas_as_they_are(dec: Path, tmp: Path) -> None:
+    """docs/schema.md: pd.read_csv / pd.read_json(lines=True) with no options give usable
+    columns: numbers numeric, tags and names as text."""
+    import pandas as pd
+
+    _conv, _segs, path = basic_capture(tmp)
+    res = decode(dec, path)
+    pdus = pd.read_csv(res.outdir / "pdus.csv")
+    for col in ("pdu", "ts_ns", "tcp_seq", "opcode", "dsl", "lba", "xfer_bytes", "status",
+                "cmdsn", "statsn", "resp_time_us"):
+        assert pd.api.types.is_numeric_dtype(pdus[col]), (col, pdus[col].dtype)
+    assert pdus["itt"].str.startswith("0x").all()
+    assert pdus["ts_ns"].dtype == "int64"
+    cmds = pd.read_csv(res.outdir / "commands.csv")
+    for col in ("issue_ts_ns", "bytes_in", "bytes_out", "data_pdus", "outstanding"):
+        assert pd.api.types.is_integer_dtype(cmds[col]), (col, cmds[col].dtype)
+    js = tmp / "pdus.jsonl"
+    js.write_bytes(run_decoder(dec, ["--json", str(path)]).stdout)
+    jdf = pd.read_json(js, lines=True)
+    assert len(jdf) == len(pdus) and list(jdf["tcp_seq"]) == list(pdus["tcp_seq"])
