@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from istrace_cli import repro_delay, repro_parallel, repro_run, repro_sessions, repro_window
 
@@ -53,15 +54,26 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _stop_cleanly() -> None:
+def _stop_cleanly() -> list[Any]:
     """SIGTERM (and SIGINT even when started in the background, where the shell ignores it)
-    end the run like Ctrl-C: the testbed comes down and the CSV keeps every finished point."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    end the run like Ctrl-C: the testbed comes down and the CSV keeps every finished point.
+    Returns the previous handlers."""
+    return [signal.signal(signal.SIGTERM, _interrupt), signal.signal(signal.SIGINT, _interrupt)]
 
 
 def main(argv: list[str]) -> int:
     a = _parser().parse_args(argv)
+    if a.plot_only:
+        return _run(a)
+    previous = _stop_cleanly()
+    try:
+        return _run(a)
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+
+
+def _run(a: argparse.Namespace) -> int:
     if a.time is not None and not 0.5 <= a.time <= 600:
         print("istrace reproduce: --time must be within 0.5..600 s", file=sys.stderr)
         return 2
@@ -75,7 +87,6 @@ def main(argv: list[str]) -> int:
             print(f"istrace reproduce: bad --cc {a.cc!r}", file=sys.stderr)
             return 2
         repro_run.CONGESTION_CONTROL[0] = a.cc
-        _stop_cleanly()
     rc = 0
     for name in names:
         run, finish, _ = EXPERIMENTS[name]
