@@ -84,6 +84,10 @@ class FakeTarget:
             op, itt = bhs[0] & 0x3F, struct.unpack_from(">I", bhs, 16)[0]
             cmdsn = struct.unpack_from(">I", bhs, 24)[0]
             sn = {"b24": statsn, "b28": cmdsn + 1, "b32": cmdsn + 64}
+            if op == 0x03 and self.mode == "fuzzlogin":  # nonsense instead of a login answer
+                for _ in range(self.rng.randint(1, 4)):
+                    conn.sendall(self._random_pdu(itt, sn, login=True))
+                return
             if op == 0x03:  # Login: accept whatever stage was asked for
                 csg, nsg = (bhs[1] >> 2) & 3, bhs[1] & 3
                 if csg == 0:
@@ -142,16 +146,24 @@ class FakeTarget:
             data = bytes(edtl)
             conn.sendall(_pdu(0x25, 0x81, itt, data, **sn, b36=0, b40=0))
 
-    def _random_pdu(self, itt: int, sn: dict[str, int]) -> bytes:
+    def _random_pdu(self, itt: int, sn: dict[str, int], login: bool = False) -> bytes:
         r = self.rng
         op = r.choice([0x20, 0x21, 0x22, 0x24, 0x25, 0x26, 0x31, 0x32, 0x3F, r.randrange(64)])
         dsl = r.choice([0, 1, 3, 48, 512, 4096, 70000, r.randrange(1 << 17)])
+        if login:
+            op = 0x23 if r.random() < 0.7 else op
+            keys = [b"AuthMethod=None", b"AuthMethod=CHAP", b"HeaderDigest=CRC32C",
+                    b"MaxRecvDataSegmentLength=0", b"ErrorRecoveryLevel=2", b"=", b"X",
+                    b"TargetAddress=1.2.3.4", b"MaxBurstLength=99999999999"]
+            text = b"\0".join(r.choice(keys) for _ in range(r.randint(0, 5)))
+            text += b"\0" if r.random() < 0.7 else b""
+            dsl = len(text)
         fields = {**sn}
         for off in (20, 24, 28, 32, 36, 40, 44):
             if r.random() < 0.5:
                 fields[f"b{off}"] = r.choice([0, 1, 0xFFFFFFFF, 0x7FFFFFFF, r.randrange(1 << 32)])
         tag = itt if r.random() < 0.7 else r.randrange(1 << 32)
-        data = bytes(r.randrange(256) for _ in range(dsl))
+        data = text if login else bytes(r.randrange(256) for _ in range(dsl))
         pdu = bytearray(_pdu(op, r.randrange(256), tag, data, **fields))
         pdu[2], pdu[3] = r.randrange(256), r.randrange(256)
         if r.random() < 0.2:

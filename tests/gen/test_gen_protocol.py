@@ -73,3 +73,11 @@ def test_nonsense_from_target_is_handled(sanitized_gen: str, seed: int) -> None:
     assert time.monotonic() - t < 10
     if rc:
         assert s["exit"] == rc and s["error"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_nonsense_during_login_is_handled(sanitized_gen: str, seed: int) -> None:
+    rc, s, err = run_against("fuzzlogin", "--timeout", "1", binary=sanitized_gen, seed=seed)
+    assert "Sanitizer" not in err and "runtime error" not in err, err
+    assert rc in (4, 5, 8, 9), (rc, err)
+    assert s["exit"] == rc and s["error"]
