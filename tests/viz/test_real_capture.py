@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 import pytest
+from istrace_cli import testbed
 from istrace_cli.paths import binary
-from istrace_cli.testbed import Testbed, TestbedConfig
 from istrace_viz import data, pdu_fallback, plot_cli, report
 from istrace_viz.capture import load_capture
 
@@ -30,8 +30,8 @@ def _tshark(pcap, *args):
 def real(tmp_path_factory):
     out = tmp_path_factory.mktemp("real")
     gen = binary("istrace-gen")
-    cfg = TestbedConfig(name=f"vz{os.getpid() % 10000}", lun_mb=16)
-    with Testbed(cfg) as tb:
+    cfg = testbed.TestbedConfig(name=f"vz{os.getpid() % 10000}", lun_mb=16)
+    with testbed.Testbed(cfg) as tb:
         dumps = []
         try:
             for host, popen, dev in (("initiator", tb.popen_ini, tb.ini_dev),
@@ -176,8 +176,8 @@ def test_real_queue_depth_ceiling(tmp_path):
     """Seed 001's finding in miniature: a queue-depth limit shows as a flat ceiling."""
     gen = binary("istrace-gen")
     qd = 4
-    cfg = TestbedConfig(name=f"vq{os.getpid() % 10000}", lun_mb=16)
-    with Testbed(cfg) as tb:
+    cfg = testbed.TestbedConfig(name=f"vq{os.getpid() % 10000}", lun_mb=16)
+    with testbed.Testbed(cfg) as tb:
         err = open(tmp_path / "tcpdump-initiator.err", "w")
         dump = tb.popen_ini(["tcpdump", *TCPDUMP, "-i", tb.ini_dev, "-w",
                              str(tmp_path / "initiator.pcap"), "tcp port 3260"],
