@@ -225,25 +225,29 @@ def test_socket_baseline_ipv6_loopback(tb: Bed) -> None:
 def test_usdt_probes_fire(tb: Bed) -> None:
     """bpftrace attaches to the three probes and sees each command once, with its bytes."""
     g = gen_binary()
-    prog = (f"usdt:{g}:istrace:cmd_issue {{ @issue = count(); @bytes = sum(arg2); }} "
-            f"usdt:{g}:istrace:cmd_first_data {{ @first = count(); }} "
-            f"usdt:{g}:istrace:cmd_done {{ @done[arg3] = count(); }}")
+    # other runs of the same binary may be traced too: count only this run's LBA range
+    first, count, blocks = 104448, 100, 128
+    flt = f"/arg1 >= {first} && arg1 < {first + count * blocks} && arg2 == {blocks * 512}/"
+    prog = ('BEGIN { printf("READY\\n"); } '  # runs once every probe is attached
+            f"usdt:{g}:istrace:cmd_issue {flt} {{ @issue = count(); @bytes = sum(arg2); }} "
+            f"usdt:{g}:istrace:cmd_first_data {flt} {{ @first = count(); }} "
+            f"usdt:{g}:istrace:cmd_done {flt} {{ @done[arg3] = count(); }}")
     bt = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     try:
         assert bt.stdout is not None
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # "Attaching N probes..." once it is ready
+        while time.monotonic() < deadline:
             line = bt.stdout.readline()
-            if "Attaching" in line or not line:
+            if "READY" in line or not line:
                 break
-        time.sleep(0.5)
-        ok(run_gen(tb, "--size", "64k", "--count", "100", "--queue-depth", "4", "--quiet"))
+        ok(run_gen(tb, "--size", "64k", "--offset", f"{first}blk", "--count", str(count),
+                   "--queue-depth", "4", "--quiet"))
         bt.send_signal(2)
         out = bt.communicate(timeout=30)[0]
     finally:
         if bt.poll() is None:
             bt.kill()
             bt.wait()
-    assert "@issue: 100" in out and "@first: 100" in out
-    assert "@done[0]: 100" in out and f"@bytes: {100 * 65536}" in out
+    assert "@issue: 100" in out and "@first: 100" in out, out
+    assert "@done[0]: 100" in out and f"@bytes: {100 * 65536}" in out, out
