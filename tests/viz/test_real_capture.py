@@ -213,3 +213,14 @@ def test_real_queue_depth_ceiling(tmp_path):
     assert ceil["max"] == qd and ceil["flat"], ceil
     diag = report.diagnose(cap)
     assert diag["outstanding"]["max"] == qd
+
+
+def test_pcapng_reads_the_same(real, tmp_path):
+    from istrace_decoder.pcap_tcp import read_segments
+    out, _ = real
+    ng = tmp_path / "initiator.pcapng"
+    subprocess.run(["editcap", "-F", "pcapng", str(out / "initiator.pcap"), str(ng)],
+                   check=True, timeout=60)
+    a, b = read_segments(out / "initiator.pcap"), read_segments(ng)
+    assert len(a) == len(b) > 100
+    assert a.drop(columns="frame").equals(b.drop(columns="frame"))
