@@ -44,11 +44,14 @@
 #define MAX_VARIANTS 3
 #define MAX_DISABLE 32
 
-enum variant_kind { V_NONE, V_TP_BTF, V_RAW_TP, V_KPROBE, V_USDT, V_UPROBE, V_URETPROBE };
+enum variant_kind {
+	V_NONE, V_TP_BTF, V_RAW_TP, V_TRACEPOINT, V_FENTRY, V_KPROBE, V_USDT, V_UPROBE, V_URETPROBE,
+	V_NKINDS
+};
 
 static const char *const kind_name[] = {
 	[V_NONE] = "none", [V_TP_BTF] = "tp_btf", [V_RAW_TP] = "raw_tp",
-	[V_KPROBE] = "kprobe", [V_USDT] = "usdt", [V_UPROBE] = "uprobe",
+	[V_TRACEPOINT] = "tracepoint", [V_FENTRY] = "fentry", [V_KPROBE] = "kprobe", [V_USDT] = "usdt", [V_UPROBE] = "uprobe",
 	[V_URETPROBE] = "uretprobe",
 };
 
@@ -79,12 +82,15 @@ struct hook {
 #define RAWONLY(n, l, t, p) { .name = n, .layer = l, .target = t, .bin = BIN_KERNEL, \
 	.v = { { .kind = V_RAW_TP, .prog = p } } }
 #define KP(n, l, t, p) { .name = n, .layer = l, .target = t, .bin = BIN_KERNEL, \
-	.v = { { .kind = V_KPROBE, .prog = p } } }
+	.v = { { .kind = V_FENTRY, .prog = p "_fentry" }, { .kind = V_KPROBE, .prog = p "_kp" } } }
 #define USER(n, l, t, b, k, p) { .name = n, .layer = l, .target = t, .bin = b, \
 	.v = { { .kind = k, .prog = p } } }
 
 static struct hook hooks[] = {
-	TP("tcp_probe", "tcp", "tcp_probe", "tcp_probe"),
+	{ .name = "tcp_probe", .layer = "tcp", .target = "tcp_probe", .bin = BIN_KERNEL,
+	  .v = { { .kind = V_TP_BTF, .prog = "tcp_probe_btf" },
+		 { .kind = V_RAW_TP, .prog = "tcp_probe_raw" },
+		 { .kind = V_TRACEPOINT, .prog = "tcp_probe_tp" } } },
 	TP("cong_state", "tcp", "tcp_cong_state_set", "cong_state"),
 	TP("retransmit", "tcp", "tcp_retransmit_skb", "retransmit"),
 	TP("sock_state", "tcp", "inet_sock_set_state", "sock_state"),
@@ -103,8 +109,8 @@ static struct hook hooks[] = {
 	RAWONLY("scsi_done", "scsi", "scsi_dispatch_cmd_done", "scsi_done_raw"),
 	RAWONLY("lio_cmd_start", "scsi", "target_sequencer_start", "lio_start_raw"),
 	RAWONLY("lio_cmd_done", "scsi", "target_cmd_complete", "lio_done_raw"),
-	KP("kiscsi_queue", "iscsi", "iscsi_queuecommand", "kiscsi_queue_kp"),
-	KP("kiscsi_pdu", "iscsi", "iscsi_complete_pdu", "kiscsi_pdu_kp"),
+	KP("kiscsi_queue", "iscsi", "iscsi_queuecommand", "kiscsi_queue"),
+	KP("kiscsi_pdu", "iscsi", "iscsi_complete_pdu", "kiscsi_pdu"),
 	USER("usdt_cmd_issue", "scsi", "cmd_issue", BIN_GEN, V_USDT, "usdt_cmd_issue"),
 	USER("usdt_cmd_first_data", "scsi", "cmd_first_data", BIN_GEN, V_USDT,
 	     "usdt_cmd_first_data"),
@@ -145,6 +151,7 @@ static struct {
 	double stats_interval;
 	double tcp_sample_ms;
 	const char *format;
+	bool skip_kind[V_NKINDS];
 } opt = { .host = "initiator", .port = 3260, .ringbuf_mb = 16, .stats_interval = 1.0, .tcp_sample_ms = 10,
 	    .exclude = { "tcpdump", "dumpcap", "ss" }, .nexclude = 3 };
 
@@ -173,6 +180,8 @@ static void usage(FILE *f)
 "                       task queued, when --pid/--netns/--tgtd is given)\n"
 "  --duration S         stop after S seconds (default: until SIGINT/SIGTERM)\n"
 "  --disable HOOK       do not attach HOOK (repeatable; see --list-hooks)\n"
+"  --skip-variant KIND  never use this attach method (tp_btf, raw_tp, tracepoint,\n"
+"                       fentry, kprobe...): exercises the fallbacks\n"
 "  --ringbuf-mb N       ring buffer size (default 16)\n"
 "  --stats-interval S   how often the lost-event counter goes into the stream (1)\n"
 "  --exclude-comm NAME  tasks named NAME are not traced by the syscall/user/block\n"
@@ -209,6 +218,7 @@ static int parse_args(int argc, char **argv)
 		{ "exclude-comm", required_argument, NULL, 'X' },
 		{ "tcp-sample-ms", required_argument, NULL, 'S' },
 		{ "format", required_argument, NULL, 'F' },
+		{ "skip-variant", required_argument, NULL, 'K' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -291,6 +301,20 @@ static int parse_args(int argc, char **argv)
 			}
 			break;
 		case 'T': opt.list = true; break;
+		case 'K': {
+			int k;
+
+			for (k = 1; k < V_NKINDS; k++)
+				if (!strcmp(optarg, kind_name[k]))
+					break;
+			if (k == V_NKINDS) {
+				fprintf(stderr, "istrace-probe: --skip-variant %s: tp_btf, raw_tp, "
+					"tracepoint, fentry, kprobe, usdt, uprobe or uretprobe\n", optarg);
+				return -1;
+			}
+			opt.skip_kind[k] = true;
+			break;
+		}
 		case 'F':
 			if (strcmp(optarg, "jsonl") && strcmp(optarg, "csv")) {
 				fprintf(stderr, "istrace-probe: --format %s: jsonl or csv\n", optarg);
@@ -890,6 +914,10 @@ static void choose_variants(void)
 		for (j = 0; j < MAX_VARIANTS && h->v[j].kind != V_NONE; j++) {
 			const char *path;
 
+			if (!h->failed[j] && opt.skip_kind[h->v[j].kind]) {
+				snprintf(h->why[j], sizeof(h->why[j]), "skipped by --skip-variant");
+				h->failed[j] = true;
+			}
 			if (h->failed[j])
 				continue;
 			switch (h->v[j].kind) {
@@ -907,6 +935,15 @@ static void choose_variants(void)
 					h->failed[j] = true;
 				}
 				break;
+			case V_TRACEPOINT:
+				if (tracefs_has(h->target) != 1) {
+					snprintf(h->why[j], sizeof(h->why[j]), "%s",
+						 tracefs_has(h->target) < 0 ? "tracefs not mounted" :
+						 "tracepoint not in this kernel");
+					h->failed[j] = true;
+				}
+				break;
+			case V_FENTRY:
 			case V_KPROBE:
 				if (function_exists(h) == 0) {
 					snprintf(h->why[j], sizeof(h->why[j]),

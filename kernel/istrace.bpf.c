@@ -425,6 +425,44 @@ int BPF_PROG(tcp_probe_raw, struct sock *sk, const struct sk_buff *skb)
 	return on_tcp_probe(sk, 0);
 }
 
+/* Classic tracepoint (perf_event, needs tracefs): the last resort before giving up.
+ * Its format fields are the tracepoint's own: `srtt` there is already microseconds
+ * (the kernel shifted srtt_us >> 3 when filling it), so it is used as is. */
+SEC("tracepoint/tcp/tcp_probe")
+int tcp_probe_tp(struct trace_event_raw_tcp_probe *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->skaddr;
+	struct istrace_event *e;
+	struct sock_last now = {};
+
+	if (!ports_wanted(ctx->sport, ctx->dport) || !sock_wanted(sk))
+		return 0;
+	if (cfg.tcp_sample_ns) {
+		now.cwnd = ctx->snd_cwnd;
+		now.ssthresh = ctx->ssthresh;
+		now.snd_wnd = ctx->snd_wnd >> 14;
+		now.rwnd = ctx->rcv_wnd >> 14;
+		now.ca_state = BPF_CORE_READ_BITFIELD_PROBED((struct inet_connection_sock *)sk,
+							     icsk_ca_state);
+		if (!tcp_probe_due(sk, &now))
+			return 0;
+	}
+	e = ev_new(EV_TCP_PROBE);
+	if (!e)
+		return 0;
+	fill_conn(e, sk, ctx->sock_cookie);
+	fill_cwnd(e, sk);
+	e->cwnd = ctx->snd_cwnd;
+	e->ssthresh = ctx->ssthresh;
+	e->snd_wnd = ctx->snd_wnd;
+	e->rwnd = ctx->rcv_wnd;
+	e->srtt_us = ctx->srtt; /* already us: no second shift */
+	e->seq = ctx->snd_nxt;
+	e->ack = ctx->snd_una;
+	ev_submit(e);
+	return 0;
+}
+
 static __always_inline int on_cong_state(struct sock *sk, __u8 state, __u64 cookie)
 {
 	struct istrace_event *e;
@@ -957,13 +995,16 @@ int BPF_PROG(scsi_start_raw, void *cmd) { return on_scsi_cmnd(cmd, EV_SCSI_DISPA
 SEC("raw_tp/scsi_dispatch_cmd_done")
 int BPF_PROG(scsi_done_raw, void *cmd) { return on_scsi_cmnd(cmd, EV_SCSI_DONE); }
 
-/* libiscsi (kernel initiator): queuecommand(struct Scsi_Host *, struct scsi_cmnd *) */
+/* libiscsi (kernel initiator): queuecommand(struct Scsi_Host *, struct scsi_cmnd *);
+ * fentry where the kernel allows it (module BTF), kprobe otherwise */
+SEC("fentry/iscsi_queuecommand")
+int BPF_PROG(kiscsi_queue_fentry, void *shost, void *sc) { return on_scsi_cmnd(sc, EV_KISCSI_QUEUE); }
+
 SEC("kprobe/iscsi_queuecommand")
 int BPF_KPROBE(kiscsi_queue_kp, void *shost, void *sc) { return on_scsi_cmnd(sc, EV_KISCSI_QUEUE); }
 
 /* iscsi_complete_pdu(conn, struct iscsi_hdr *hdr, data, datalen): wire-format BHS */
-SEC("kprobe/iscsi_complete_pdu")
-int BPF_KPROBE(kiscsi_pdu_kp, void *conn, void *hdr)
+static __always_inline int on_kiscsi_pdu(void *hdr)
 {
 	struct istrace_event *e;
 	__u8 bhs[20] = {};
@@ -980,6 +1021,12 @@ int BPF_KPROBE(kiscsi_pdu_kp, void *conn, void *hdr)
 	ev_submit(e);
 	return 0;
 }
+
+SEC("fentry/iscsi_complete_pdu")
+int BPF_PROG(kiscsi_pdu_fentry, void *conn, void *hdr) { return on_kiscsi_pdu(hdr); }
+
+SEC("kprobe/iscsi_complete_pdu")
+int BPF_KPROBE(kiscsi_pdu_kp, void *conn, void *hdr) { return on_kiscsi_pdu(hdr); }
 
 /* LIO: se_cmd.tag holds the ITT as received (network byte order). */
 static __always_inline int on_se_cmd(void *cmd, __u32 type)

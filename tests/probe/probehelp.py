@@ -72,9 +72,11 @@ def _stop_tcpdump(p: subprocess.Popen[bytes], errfile: Path) -> int:
     return int(m.group(1)) if m else -1
 
 
-SS_LOOP = ("for i in $(seq {n}); do echo \"T $(date +%s%N)\"; "
-           "ss -tin state established '( sport = :3260 )'; echo \"E $(date +%s%N)\"; "
-           "sleep 0.05; done")
+# back to back for as long as the read lasts (one ss call takes 5-150 ms here), at most n
+SS_LOOP = ("end=$(( $(date +%s%N) + {ms} * 1000000 )); i=0; "
+           "while [ $(date +%s%N) -lt $end ] && [ $i -lt {n} ]; do i=$((i+1)); "
+           "echo \"T $(date +%s%N)\"; ss -tin state established '( sport = :3260 )'; "
+           "echo \"E $(date +%s%N)\"; sleep 0.01; done")
 
 
 def traced_read(tb: Testbed, out: Path, seconds: float = 2.0, size: str = "1M",
@@ -96,7 +98,7 @@ def traced_read(tb: Testbed, out: Path, seconds: float = 2.0, size: str = "1M",
                    ["--host", "target", "--netns", tb.tgt_ns, "--tgtd", str(tgtd_pid(tb)),
                     "--block-dev", tb.lun_path], stderr_path=out / "probe-target.err")
         with pi, pt:
-            ss = tb.popen_tgt(["sh", "-c", SS_LOOP.format(n=ss_samples)],
+            ss = tb.popen_tgt(["sh", "-c", SS_LOOP.format(n=ss_samples, ms=int(seconds * 1000))],
                               stdout=subprocess.PIPE, text=True)
             r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size", size,
                             "--time", str(seconds), "--queue-depth", str(depth), "--quiet",

@@ -207,3 +207,34 @@ def test_probe_helper_waits_for_a_csv_stream(tmp_path: Path) -> None:
         assert p.meta["format"] == "csv" and p.meta["state"] == "running"
     meta = json.loads((tmp_path / "ev.meta.json").read_text())
     assert meta["state"] == "done" and meta["lost"] == 0
+
+
+def test_tcp_probe_variants_agree_on_srtt(tmp_path: Path) -> None:
+    """tp_btf reads tcp_sock.srtt_us (x8, shifted once); the classic tracepoint's `srtt`
+    field is already microseconds (not shifted again).  Both watch the same ACKs at once:
+    the values must be equal, and the fallback chain must say what it used."""
+    stop = threading.Event()
+    args = ["--layers", "tcp", "--port", "0", "--tcp-sample-ms", "0"]
+    btf = Probe(tmp_path / "btf.jsonl", args).start()
+    tp = Probe(tmp_path / "tp.jsonl", [*args, "--skip-variant", "tp_btf",
+                                       "--skip-variant", "raw_tp"]).start()
+    t = threading.Thread(target=_loopback_traffic, args=(stop,), daemon=True)
+    t.start()
+    time.sleep(1.0)
+    stop.set()
+    t.join()
+    btf.stop()
+    tp.stop()
+    assert btf.meta["hooks"]["tcp_probe"] == "tp_btf"
+    assert tp.meta["hooks"]["tcp_probe"] == "tracepoint"
+    assert "tp_btf: skipped by --skip-variant" in " ".join(tp.stderr().split()) or \
+        "attached with tracepoint" in tp.stderr()
+    key = ["conn", "seq", "ack", "cwnd"]
+    a = load_events(tmp_path / "btf.jsonl")[0]
+    b = load_events(tmp_path / "tp.jsonl")[0]
+    a = a[a["event"] == "tcp_probe"].drop_duplicates(key)
+    b = b[b["event"] == "tcp_probe"].drop_duplicates(key)
+    m = a.merge(b, on=key, suffixes=("_btf", "_tp"))
+    assert len(m) >= 50, (len(a), len(b))
+    same = (m["srtt_us_btf"] == m["srtt_us_tp"]).mean()
+    assert same >= 0.9, m[["srtt_us_btf", "srtt_us_tp"]].head(10)

@@ -24,7 +24,7 @@ from probehelp import ss_samples, traced_read
 def read_run(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("probe-read")
     with Testbed(TestbedConfig(name="prbt1", lun_mb=64)) as tb:
-        run = traced_read(tb, out, seconds=2.0)
+        run = traced_read(tb, out, seconds=3.0, ss_samples=100)
     assert run.gen_rc == 0, run.gen_out
     assert run.tcpdump_drops == {"initiator": 0, "target": 0}, "capture dropped packets"
     result = merge_dir(out, log=lambda m: None)
