@@ -106,8 +106,14 @@ with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
 subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=False)
 off, on = statistics.median(results["off"]), statistics.median(results["on"])
 cpu = statistics.median(bpf_cpu)
+# paired: each round's with/without ratio (the two reads ran back to back)
+ratios = [b / a for a, b in zip(results["off"], results["on"], strict=True)]
+r_mean = statistics.fmean(ratios)
+r_se = statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else float("nan")
 loss = 100.0 * (off - on) / off
 rate = statistics.median(events) / secs
+print(f"paired rounds: with/without = {r_mean:.3f} +- {r_se:.3f} (mean +- s.e.), i.e. "
+      f"overhead {100 * (1 - r_mean):+.1f}% +- {100 * r_se:.1f}%")
 print(f"median without probes {off:.1f} MB/s, with all probes {on:.1f} MB/s: "
       f"overhead {loss:+.1f}% of throughput; BPF programs {100 * cpu:.2f}% of one CPU; "
       f"{rate:.0f} events/s; lost events {sum(lost)}")
@@ -115,6 +121,7 @@ print(json.dumps({"rounds": rounds, "seconds": secs, "size": size, "depth": dept
                   "mb_s_off": results["off"], "mb_s_on": results["on"],
                   "median_off": off, "median_on": on, "overhead_pct": round(loss, 2),
                   "events_per_round": events, "lost": sum(lost),
-                  "bpf_cpu_share": [round(c, 5) for c in bpf_cpu]}))
+                  "bpf_cpu_share": [round(c, 5) for c in bpf_cpu],
+                  "paired_ratio_mean": round(r_mean, 4), "paired_ratio_se": round(r_se, 4)}))
 sys.exit(0 if sum(lost) == 0 else 1)
 PY

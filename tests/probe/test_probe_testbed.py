@@ -28,6 +28,8 @@ def read_run(tmp_path_factory: pytest.TempPathFactory):
     assert run.gen_rc == 0, run.gen_out
     assert run.tcpdump_drops == {"initiator": 0, "target": 0}, "capture dropped packets"
     result = merge_dir(out, log=lambda m: None)
+    # the PDU tables come from istrace-decode: without them nothing below can hold
+    assert (out / "decoded-initiator" / "commands.csv").is_file(), result.notes
     merged = pd.read_parquet(out / "merged.parquet")
     return run, result, merged
 
