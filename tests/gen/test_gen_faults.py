@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import gen_binary, run_gen, tgtd_pid
+from gen_helpers import gen_binary, run_gen, tgtd_pid
 from istrace_cli.testbed import Testbed as Bed
 from istrace_cli.testbed import TestbedConfig as BedConfig
 

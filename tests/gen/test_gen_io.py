@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import GenResult, gen_binary, run_gen, tgtadm
+from gen_helpers import GenResult, gen_binary, run_gen, tgtadm
 from istrace_cli import pattern
 from istrace_cli.testbed import Testbed as Bed
 

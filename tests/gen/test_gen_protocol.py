@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import gen_binary
 from fake_target import FakeTarget
+from gen_helpers import gen_binary
 
 
 def run_against(mode: str, *args: str, binary: str = "", seed: int = 0
