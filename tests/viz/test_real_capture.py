@@ -176,7 +176,8 @@ def test_real_queue_depth_ceiling(tmp_path):
     """Seed 001's finding in miniature: a queue-depth limit shows as a flat ceiling."""
     gen = binary("istrace-gen")
     qd = 4
-    cfg = testbed.TestbedConfig(name=f"vq{os.getpid() % 10000}", lun_mb=16)
+    # 2 ms each way: answers come late, so the queue depth, not the target, sets the pace.
+    cfg = testbed.TestbedConfig(name=f"vq{os.getpid() % 10000}", lun_mb=16, delay_ms=2.0)
     with testbed.Testbed(cfg) as tb:
         err = open(tmp_path / "tcpdump-initiator.err", "w")
         dump = tb.popen_ini(["tcpdump", *TCPDUMP, "-i", tb.ini_dev, "-w",
