@@ -107,14 +107,32 @@ def _outstanding_at_issue(cmds: pd.DataFrame) -> pd.Series:
     return pd.Series(started - finished, index=cmds.index)
 
 
+def command_spans(ev: pd.DataFrame) -> pd.DataFrame:
+    """SCSI dispatch -> completion per command, paired by blk-mq driver tag: a command ends at
+    the next cmd_done with its tag, and at the latest when its tag is dispatched again."""
+    iss = _sel(ev, "initiator", "scsi", "cmd_issue")[["ts_ns", "tag", "opcode"]]
+    don = _sel(ev, "initiator", "scsi", "cmd_done")[["ts_ns", "tag"]]
+    iss = iss.dropna(subset=["tag"]).astype({"tag": "int64"}).sort_values("ts_ns")
+    don = don.dropna(subset=["tag"]).astype({"tag": "int64"}).sort_values("ts_ns")
+    iss["next_issue_ns"] = iss.groupby("tag").ts_ns.shift(-1)
+    m = pd.merge_asof(iss, don.rename(columns={"ts_ns": "done_ns"}), left_on="ts_ns",
+                      right_on="done_ns", by="tag", direction="forward")
+    paired = m.done_ns.notna() & (m.next_issue_ns.isna() | (m.done_ns <= m.next_issue_ns))
+    end = m.done_ns.where(paired, m.next_issue_ns)
+    return pd.DataFrame({"issue_ns": m.ts_ns, "done_ns": end, "opcode": m.opcode,
+                         "paired": paired})
+
+
 def inflight_series(ev: pd.DataFrame) -> pd.DataFrame:
     """Step series of SCSI commands in flight: columns ts_ns, inflight (after the event)."""
-    iss = _sel(ev, "initiator", "scsi", "cmd_issue")
-    don = _sel(ev, "initiator", "scsi", "cmd_done")
-    steps = pd.concat([pd.DataFrame({"ts_ns": iss.ts_ns, "d": 1}),
-                       pd.DataFrame({"ts_ns": don.ts_ns, "d": -1})]).sort_values(
-        ["ts_ns", "d"], kind="stable")
-    steps["inflight"] = steps.d.cumsum().clip(lower=0)
+    # A command whose completion line is missing would count until its tag's reuse: leave
+    # such commands out of the in-flight count (they are few; see the readers table).
+    spans = command_spans(ev)
+    spans = spans[spans.paired]
+    steps = pd.concat([pd.DataFrame({"ts_ns": spans.issue_ns, "d": 1}),
+                       pd.DataFrame({"ts_ns": spans.done_ns.astype("int64"), "d": -1})])
+    steps = steps.sort_values(["ts_ns", "d"], kind="stable")
+    steps["inflight"] = steps.d.cumsum()
     return steps[["ts_ns", "inflight"]].reset_index(drop=True)
 
 
@@ -134,31 +152,38 @@ def reader_windows(cap: Path) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()))
 
 
-def readers_table(cap: Path, label: str) -> pd.DataFrame:
-    """Per reader count: transactions/s and SCSI commands in flight, both from the tracer."""
+def readers_table(cap: Path, label: str, runtime_s: float = 4.0) -> pd.DataFrame:
+    """Per reader count: transactions/s and SCSI commands in flight, both from the tracer,
+    over the last `runtime_s` (fio's time-based run) before the window's last dispatch:
+    under emulation fio's start-up takes seconds and would dilute the rate."""
     ev = load_events(cap)
     steps = inflight_series(ev)
-    done = _sel(ev, "initiator", "scsi", "cmd_done")
-    done = done[done.opcode.isin(READ_OPS)]
+    spans = command_spans(ev).dropna(subset=["done_ns"])
+    spans = spans[spans.opcode.isin(READ_OPS)]
     out = []
     for w in reader_windows(cap).itertuples():
-        lo, hi = int(w.start_ns), int(w.end_ns)
-        # Skip fio's first half second (process start-up) when measuring the steady state.
-        lo_ss = lo + 500_000_000
-        in_w = steps[(steps.ts_ns >= lo_ss) & (steps.ts_ns < hi)]
-        ts = pd.concat([pd.Series([lo_ss]), in_w.ts_ns, pd.Series([hi])]).values
-        before = steps[steps.ts_ns < lo_ss].inflight
-        vals = pd.concat([pd.Series([before.iloc[-1] if len(before) else 0]),
-                          in_w.inflight]).values
-        dur = (ts[1:] - ts[:-1]).astype(float)
-        mean_inflight = float((vals * dur).sum() / dur.sum()) if dur.sum() else 0.0
-        n_done = int(((done.ts_ns >= lo_ss) & (done.ts_ns < hi)).sum())
+        mine = spans[(spans.issue_ns >= w.start_ns) & (spans.issue_ns < w.end_ns)]
+        if mine.empty:
+            continue
+        # Closed loop: dispatch rate = completion rate, and dispatches are never missing.
+        hi = int(mine.issue_ns.max())
+        lo = max(int(mine.issue_ns.min()), hi - int(runtime_s * 1e9))
+        mine = mine[mine.issue_ns >= lo]
+        in_w = steps[(steps.ts_ns >= lo) & (steps.ts_ns <= hi)]
+        ts = in_w.ts_ns.to_numpy()
+        dur = (list(ts[1:] - ts[:-1]) + [0]) if len(ts) else []
+        vals = in_w.inflight.to_numpy()
+        total = float(sum(dur))
+        mean_inflight = float((vals * pd.Series(dur, dtype=float).to_numpy()).sum() / total) \
+            if total else 0.0
         out.append({"config": label, "readers": int(w.readers),
-                    "tx_per_s": n_done / ((hi - lo_ss) / 1e9),
-                    "fio_iops": getattr(w, "fio_iops", float("nan")),
+                    "tx_per_s": round(len(mine) / ((hi - lo) / 1e9), 2),
+                    "fio_iops": round(float(getattr(w, "fio_iops", float("nan"))), 2),
+                    "commands": len(mine), "unpaired": int((~mine.paired).sum()),
                     "inflight_mean": round(mean_inflight, 2),
                     "inflight_max": int(in_w.inflight.max()) if len(in_w) else 0,
-                    "fio_clat_us": getattr(w, "fio_clat_us", float("nan"))})
+                    "fio_clat_ms": round(float(getattr(w, "fio_clat_us", float("nan"))) / 1000,
+                                         1)})
     return pd.DataFrame(out)
 
 
@@ -214,11 +239,16 @@ def plot_readers(table: pd.DataFrame, png: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, g in table.groupby("config", sort=False):
+    for i, (label, g) in enumerate(table.groupby("config", sort=False)):
         g = g.sort_values("readers")
-        a1.plot(g.readers, g.tx_per_s, "o-", label=str(label))
-        a2.plot(g.readers, g.inflight_max, "o-", label=f"{label} (max)")
-        a2.plot(g.readers, g.inflight_mean, "x--", label=f"{label} (mean)")
+        colour = f"C{i}"
+        a1.plot(g.readers, g.tx_per_s, "o-", color=colour, label=str(label))
+        a2.plot(g.readers, g.inflight_max, "o-", color=colour, label=f"{label}: max")
+        a2.plot(g.readers, g.inflight_mean, "x--", color=colour, alpha=0.6,
+                label=f"{label}: time-weighted mean")
+        depth = re.search(r"queue_depth=(\d+)", str(label))
+        if depth and int(depth.group(1)) <= 2 * g.inflight_max.max():
+            a2.axhline(int(depth.group(1)), color=colour, ls=":", lw=1)
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("parallel 512-byte readers")
@@ -246,6 +276,7 @@ def main(argv: list[str]) -> int:
     r.add_argument("caps", nargs="+", help="CAPDIR[:LABEL]")
     r.add_argument("--png")
     r.add_argument("--csv")
+    r.add_argument("--runtime", type=float, default=4.0, help="fio runtime per reader count")
     r.add_argument("--title", default="Parallel 512-byte readers, kernel initiator -> LIO")
     a = p.parse_args(argv)
     try:
@@ -261,7 +292,7 @@ def main(argv: list[str]) -> int:
             tables = []
             for spec in a.caps:
                 cap, _, label = spec.partition(":")
-                tables.append(readers_table(Path(cap), label or Path(cap).name))
+                tables.append(readers_table(Path(cap), label or Path(cap).name, a.runtime))
             table = pd.concat(tables, ignore_index=True)
             if a.csv:
                 table.to_csv(a.csv, index=False)
