@@ -153,3 +153,19 @@ def test_plots_render(cap1, tmp_path):
     for kind in plot_cli.KINDS:
         png, svg = made[kind]
         assert png.stat().st_size > 5000 and svg.stat().st_size > 5000
+
+
+def test_timeline_lanes_keep_concurrent_spans_apart(tmp_path):
+    synth.make_capture(tmp_path, n_cmds=24, qd=2)
+    cap = load_capture(tmp_path, do_track=False)
+    spans = plot_cli.timeline_spans(cap)
+    isc = spans[spans["row"] == "initiator iSCSI"]
+    a, b = isc["start_ns"].to_numpy(), isc["end_ns"].to_numpy()
+    lanes = data.assign_lanes(a, b)
+    assert lanes.max() == 1  # queue depth 2: two lanes, and no more
+    for k in (0, 1):
+        o = np.argsort(a[lanes == k])
+        s, e = a[lanes == k][o], b[lanes == k][o]
+        assert (s[1:] >= e[:-1]).all()  # nothing overlaps within a lane
+    assert (data.assign_lanes(np.array([0, 0, 0]), np.array([5, 5, 5]), max_lanes=2)
+            == [0, 1, 0]).all()

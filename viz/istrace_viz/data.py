@@ -674,6 +674,30 @@ def _layer_word(layer: str) -> str:
             "tcp": "TCP", "net": "net"}.get(layer, layer)
 
 
+def assign_lanes(start: np.ndarray, end: np.ndarray, max_lanes: int = 8) -> np.ndarray:
+    """Lane of each span so overlapping spans sit side by side (greedy interval
+    partitioning: the first lane free at the span's start). Beyond `max_lanes` concurrent
+    spans, lanes are reused (they then overlap)."""
+    order = np.argsort(start, kind="stable")
+    lanes = np.zeros(len(start), np.int64)
+    free_at: list[int] = []  # per lane: when its last span ends
+    for i in order:
+        for k, t in enumerate(free_at):
+            if t <= start[i]:
+                lanes[i] = k
+                free_at[k] = end[i]
+                break
+        else:
+            if len(free_at) < max_lanes:
+                lanes[i] = len(free_at)
+                free_at.append(end[i])
+            else:  # all taken: the lane that frees first
+                k = int(np.argmin(free_at))
+                lanes[i] = k
+                free_at[k] = max(free_at[k], end[i])
+    return lanes
+
+
 def span_summary(spans: pd.DataFrame) -> pd.DataFrame:
     """Per row: spans, distinct commands, typical bytes, busy time (union of spans)."""
     rows = []

@@ -254,8 +254,14 @@ def timeline(spans: pd.DataFrame, window: tuple[int, int] | None = None,
         w = np.maximum(b - a, min_w)
         colors = [CMD_CMAP(int(c) % 20) if not np.isnan(c) else (0.45, 0.45, 0.45, 1)
                   for c in cmd]
-        verts = [[(x, y - 0.38), (x + ww, y - 0.38), (x + ww, y + 0.38), (x, y + 0.38)]
-                 for x, ww in zip(a, w, strict=True)]
+        # Concurrent spans (queue depth > 1) side by side in sub-lanes of the row.
+        lanes = data.assign_lanes(a, a + w) if len(a) <= max_spans_per_row else \
+            np.zeros(len(a), np.int64)
+        n_l = int(lanes.max()) + 1 if len(lanes) else 1
+        h = 0.76 / n_l
+        lo = y - 0.38 + lanes * h
+        verts = [[(x, b0), (x + ww, b0), (x + ww, b0 + h * 0.9), (x, b0 + h * 0.9)]
+                 for x, ww, b0 in zip(a, w, lo, strict=True)]
         ax.add_collection(PolyCollection(verts, facecolors=colors, edgecolors="k",
                                          linewidths=0.3 if len(verts) < 300 else 0))
     ax.axhline(4.5, color="0.5", lw=0.8, ls=":")
