@@ -113,8 +113,11 @@ def test_capture_cut_anywhere_decodes_no_wrong_pdu(tmp_path: Path) -> None:
         finally:
             tcpd.send_signal(signal.SIGINT)
             tcpd.wait(timeout=20)
-        err = errfile.read_text()
-        assert "\n0 packets dropped by kernel" in err, err
+        # Kernel drops (possible under load) only make holes the decoder must cope with:
+        # both decodes below read the same file, so the comparison stays exact. Report them.
+        drops = [x for x in errfile.read_text().splitlines() if "dropped by kernel" in x]
+        print("tcpdump:", drops)
+        assert drops, errfile.read_text()
     img = pcap.read_bytes()
     recs = _records(img)
     assert len(recs) > 1000
