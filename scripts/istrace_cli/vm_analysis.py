@@ -42,6 +42,8 @@ def _asof(left: pd.DataFrame, right: pd.DataFrame, left_ts: str, by: str,
     right_by = right_by or by
     r = right.dropna(subset=[right_by])[["ts_ns", right_by, *[c for c in cols if c != "ts_ns"]]]
     r = r.rename(columns={right_by: by, **cols}).astype({by: "int64"})
+    # Nullable integers: a float64 column (NaN for unmatched rows) would round ns timestamps.
+    r = r.astype({c: "Int64" for c in cols.values() if pd.api.types.is_numeric_dtype(r[c])})
     r["_rts"] = r[cols["ts_ns"]].astype("int64")
     lhs = left.reset_index().dropna(subset=[left_ts, by])
     lhs = lhs.astype({by: "int64", left_ts: "int64"}).sort_values(left_ts)
@@ -67,6 +69,7 @@ def command_table(ev: pd.DataFrame) -> pd.DataFrame:
     cmds = _sel(ev, "initiator", "iscsi", "queuecommand")
     cmds = cmds[["ts_ns", "lba", "bytes", "tag", "cdb_opcode", "pid"]].rename(
         columns={"ts_ns": "iscsi_queue_ns"}).reset_index(drop=True)
+    cmds = cmds.astype({c: "Int64" for c in ("lba", "bytes", "tag", "cdb_opcode", "pid")})
     cmds = _asof(cmds, _sel(ev, "initiator", "scsi", "cmd_issue"), "iscsi_queue_ns", "tag",
                  "backward", {"ts_ns": "scsi_issue_ns"})
     cmds = _asof(cmds, _sel(ev, "initiator", "scsi", "cmd_done"), "iscsi_queue_ns", "tag",
@@ -91,9 +94,31 @@ def command_table(ev: pd.DataFrame) -> pd.DataFrame:
                  {"ts_ns": "read_enter_ns", "bytes": "read_bytes"}, right_by="pid")
     cmds = _asof(cmds, sys_out, "rq_complete_ns", "rq_pid", "forward",
                  {"ts_ns": "read_exit_ns"}, right_by="pid")
+    cmds = _enclosing_read(cmds, sys_in, sys_out)
     cmds["outstanding"] = _outstanding_at_issue(cmds)
     cmds.insert(0, "cmd", range(len(cmds)))
     return cmds
+
+
+def _enclosing_read(cmds: pd.DataFrame, sys_in: pd.DataFrame,
+                    sys_out: pd.DataFrame) -> pd.DataFrame:
+    """Requests that blk-mq dispatched later from a kworker (the reader asleep in read())
+    carry no reader pid: give them the read() whose span encloses the request, if one does."""
+    todo = cmds.read_enter_ns.isna() & cmds.rq_issue_ns.notna() & cmds.rq_complete_ns.notna()
+    if not todo.any() or sys_in.empty:
+        return cmds
+    calls = pd.merge_asof(sys_in[["ts_ns", "pid", "bytes"]].sort_values("ts_ns"),
+                          sys_out[["ts_ns", "pid"]].rename(columns={"ts_ns": "exit_ns"})
+                          .sort_values("exit_ns"),
+                          left_on="ts_ns", right_on="exit_ns", by="pid", direction="forward")
+    out = cmds.copy()
+    for i in out.index[todo]:
+        rq_in, rq_out = out.at[i, "rq_issue_ns"], out.at[i, "rq_complete_ns"]
+        hit = calls[(calls.ts_ns <= rq_in) & (calls.exit_ns >= rq_out)]
+        if len(hit) == 1:
+            out.loc[i, ["read_enter_ns", "read_bytes", "read_exit_ns"]] = (
+                int(hit.ts_ns.iloc[0]), int(hit.bytes.iloc[0]), int(hit.exit_ns.iloc[0]))
+    return out
 
 
 def _outstanding_at_issue(cmds: pd.DataFrame) -> pd.Series:
