@@ -157,8 +157,10 @@ class Session:
         a = self.a
         for h in self.hosts:
             pcap = h.path(f"{h.role}.pcap")
+            # Immediate mode hands each packet to tcpdump as it arrives: without it, packets
+            # still in the kernel ring when tcpdump stops are counted but never written.
             argv = ["tcpdump", "-i", h.iface, "-B", str(a.buffer_kib), "-s", str(a.snaplen),
-                    "-n", "-Z", "root", "-w", pcap]
+                    "--immediate-mode", "-n", "-Z", "root", "-w", pcap]
             cmd = h.background(f"tcpdump-{h.role}", shlex.join(argv))
             if a.filter:
                 cmd += " " + shlex.quote(a.filter)
@@ -343,6 +345,13 @@ class Session:
             self.meta.setdefault("warnings", []).append(
                 f"capture lost {total} packets (tcpdump kernel drops): timings and throughput "
                 "decoded from it are incomplete")
+        for role, c in caps.items():
+            seen, kept = c.get("received_by_filter"), c.get("packets_captured")
+            if seen is not None and kept is not None and seen > kept + (c.get(
+                    "dropped_by_kernel") or 0):
+                self.meta.setdefault("warnings", []).append(
+                    f"{role} capture: {seen - kept} packets passed the filter but were not "
+                    "written before tcpdump stopped")
         if self.tb is not None and self.tb.emulator == "dummynet":
             stats = self.tb.run_dir / "dummynet.json"
             if stats.exists():
