@@ -56,7 +56,9 @@ def run_decoder(binary: Path, args: list[str], stdin: bytes | None = None,
 def decode(binary: Path, capture: str | Path | None, *extra: str, stdin: bytes | None = None,
            outdir: Path | None = None) -> Decoded:
     """Decode to a CSV dir (capture None means read `stdin` through `-`)."""
-    out = outdir or Path(tempfile.mkdtemp(prefix="d2dec-"))
+    # Next to the capture (pytest's tmp dir) so nothing is left behind in /tmp.
+    where = None if capture is None else Path(capture).parent
+    out = outdir or Path(tempfile.mkdtemp(prefix="dec-", dir=where))
     src = "-" if capture is None else str(capture)
     r = run_decoder(binary, ["--csv-dir", str(out), *extra, src], stdin=stdin)
     return Decoded(r.returncode, r.stderr.decode(errors="replace"), _read(out / "pdus.csv"),

@@ -530,7 +530,7 @@ def test_stdin(dec: Path, tmp: Path, gz: bool) -> None:
     conv = dc.basic()
     segs = conv.segments()
     path = write(tmp, "in.pcap", conv.flow, segs, gz=gz)
-    res = decode(dec, None, stdin=path.read_bytes())
+    res = decode(dec, None, stdin=path.read_bytes(), outdir=tmp / "out")
     assert res.rc == 0, res.stderr
     check_all(res, conv, segs)
 
