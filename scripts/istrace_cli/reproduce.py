@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, default=None,
                     help="output directory (default ./repro-out/EXPERIMENT[-quick])")
     ap.add_argument("--time", type=float, default=None, metavar="S",
-                    help="seconds per measured point (default: 2 quick, 3-4 full)")
+                    help="seconds per measured point (default: 2 quick, 3 full)")
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw figure and table from an existing CSV, measure nothing")
     ap.add_argument("--cc", default="reno",
