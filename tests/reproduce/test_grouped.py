@@ -46,8 +46,6 @@ def test_groups_share_a_testbed_and_failures_are_retried(tmp_path, monkeypatch):
     assert made == [] and len(rows) == 4
 
 
-def test_unique_name_keeps_tgtd_control_port_in_range():
-    import zlib
+def test_unique_name_is_a_valid_testbed_name():
     name = repro_run.unique_name("rd")
-    assert len(name) == 6 and name.startswith("rd")
-    assert 20000 + zlib.crc32(name.encode()) % 30000 < 32000
+    assert len(name) == 6 and name.startswith("rd") and name[2:].isdigit()
