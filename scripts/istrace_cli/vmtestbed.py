@@ -268,7 +268,10 @@ class VmTestbed:
             raise VmError(f"VM testbed {self.cfg.name!r} is not running")
         job = f"{int(time.time() * 1000):x}-{uuid.uuid4().hex[:6]}"
         tmp = self.dir / "cmd" / f"{job}.tmp"
-        tmp.write_text(f"# timeout={int(timeout_s) + 5}\n. {self.dir}/config.env\n{script}\n")
+        preamble = (f"# timeout={int(timeout_s) + 5}\n. {self.dir}/config.env\n"
+                    f"DEV=$(sed -n 's/.*\"dev\": \"\\([^\"]*\\)\".*/\\1/p' "
+                    f"{self.dir}/up.json)\nexport DEV\n")
+        tmp.write_text(f"{preamble}{script}\n")
         tmp.rename(self.dir / "cmd" / f"{job}.sh")
         rc_file = self.dir / "cmd" / f"{job}.rc"
         deadline = time.monotonic() + timeout_s

@@ -66,9 +66,9 @@ if [ "$PROBES" = on ]; then
 fi
 
 log "tcpdump on both ends"
-tcpdump -B 524288 -s 0 -n -i vi -w "$W/initiator.pcap" tcp port 3260 2> "$W/tcpdump-initiator.err" &
+tcpdump -U -B 524288 -s 0 -n -i vi -w "$W/initiator.pcap" tcp port 3260 2> "$W/tcpdump-initiator.err" &
 pids+=($!)
-ip netns exec isttgt tcpdump -B 524288 -s 0 -n -i vt -w "$W/target.pcap" tcp port 3260 \
+ip netns exec isttgt tcpdump -U -B 524288 -s 0 -n -i vt -w "$W/target.pcap" tcp port 3260 \
   2> "$W/tcpdump-target.err" &
 pids+=($!)
 for _ in $(seq 100); do
@@ -87,7 +87,15 @@ wrc=$?
 set -e
 end=$(date +%s%N)
 echo "{\"rc\": $wrc, \"start_ns\": $start, \"end_ns\": $end}" > "$W/workload.json"
-sleep 0.5
+# tcpdump stops at SIGINT without reading what is still queued for it, and under emulation
+# it lags: wait until both pcaps (written per packet, -U) stop growing for a second.
+last=""
+for _ in $(seq 40); do
+  now=$(stat -c %s "$W/initiator.pcap" "$W/target.pcap" | tr '\n' ' ')
+  [ "$now" = "$last" ] && break
+  last=$now
+  sleep 1
+done
 cleanup
 trap - EXIT
 cp "$RUNDIR/up.json" "$W/testbed.json"
