@@ -114,6 +114,7 @@ int64_t pdu_begin(struct decoder *d, struct conn *c, int dir, const uint8_t *hdr
 void pdu_finish(struct decoder *d, struct conn *c, int dir, int64_t idx, const uint8_t *data,
 		uint32_t have, uint8_t ddigest, uint32_t notes);
 void pdu_add_notes(struct decoder *d, int64_t idx, uint32_t notes);
+int decoder_itt_open(struct decoder *d, const struct conn *c, uint32_t itt);
 struct decode_stats *decoder_stats(struct decoder *d);
 uint64_t *decoder_ooo_total(struct decoder *d); /* out-of-order bytes held, all streams */
 

@@ -202,8 +202,23 @@ static void replay_append(struct stream *s, const uint8_t *p, uint32_t n, int64_
 	}
 }
 
+/* Carries something payload rarely has: the all-ones tag of a NOP or of a plain Data-In,
+ * or the task tag of a command still open on this connection. */
+static int cand_strong(struct decoder *d, const struct conn *c, const uint8_t *b)
+{
+	uint8_t op = b[0] & 0x3f;
+	uint32_t itt = rd32be(b + 16), ttt = rd32be(b + 20);
+	if (op == 0x00 || op == 0x20)
+		return 1; /* bhs_plausible already required an all-ones tag */
+	if (op == 0x25 && !(b[1] & 0x40) && ttt == 0xffffffffu)
+		return 1;
+	if (op == 0x25 || op == 0x05 || op == 0x31 || op == 0x21)
+		return decoder_itt_open(d, c, itt);
+	return 0;
+}
+
 /* Scan the hunt buffer for a BHS. Returns 1 when it locked on one. */
-static int hunt_scan(struct decoder *d, struct conn *c, int dir)
+static int hunt_scan(struct decoder *d, struct conn *c, int dir, int final)
 {
 	struct stream *s = &c->s[dir];
 	uint32_t k = 0;
@@ -224,12 +239,21 @@ static int hunt_scan(struct decoder *d, struct conn *c, int dir)
 		} else if (c->hd_known && c->hd_on) {
 			break; /* wait for the digest bytes */
 		}
+		/* How much the candidate proves by itself. Payload that happens to fit the field
+		 * rules (disk data is full of zeros) must not pass: "strong" candidates carry
+		 * something data rarely has -- a matching header digest, the all-ones tag a
+		 * NOP or a plain Data-In carries, or the task tag of a command still open. */
+		uint8_t op = b[0] & 0x3f;
+		int strong = hd_proved || cand_strong(d, c, b);
+		int rare = !(op == 0x01 || op == 0x05 || op == 0x21 || op == 0x25 || op == 0x31 ||
+			     op == 0x00 || op == 0x20); /* login, text, logout, TMF, ... */
+		int seg = is_seg_start(s, k);
 		uint64_t total = pdu_total(b, hd, dd);
 		int next_ok = 0, next_known = 0;
 		if (k + total + BHS_LEN <= s->hlen) {
 			next_known = 1;
 			next_ok = bhs_plausible(b + total, dir);
-			if (!c->dd_known && rd24be(b + 5)) {
+			if (!c->dd_known && rd24be(b + 5) && strong) {
 				/* Data digest unknown: the next header says whether 4 bytes follow. */
 				uint64_t t2 = pdu_total(b, hd, !dd);
 				int alt = k + t2 + BHS_LEN <= s->hlen && bhs_plausible(b + t2, dir);
@@ -244,11 +268,26 @@ static int hunt_scan(struct decoder *d, struct conn *c, int dir)
 		}
 		if (next_known && !next_ok)
 			continue;
-		if (!next_known && !hd_proved && !is_seg_start(s, k)) {
+		/* A weak candidate is believed where a segment began, or when the header its
+		 * length points at is a strong one. */
+		if (!strong && !seg) {
+			if (!next_known) {
+				if (k + total + BHS_LEN > HUNT_MAX)
+					continue;
+				if (final)
+					continue;
+				break; /* wait for the next header */
+			}
+			if (!cand_strong(d, c, b + total))
+				continue;
+		}
+		if (!next_known && !hd_proved && (!seg || rare) && !final) {
 			if (k + total + BHS_LEN > HUNT_MAX)
 				continue; /* can never check it: not good enough */
 			break;            /* wait for more bytes to check the next header */
 		}
+		if (!next_known && !strong && final && (!seg || rare))
+			continue;
 		if (hd_proved) {
 			c->hd_on = 1;
 			c->hd_known = 1;
@@ -307,7 +346,7 @@ static void hunt_feed(struct decoder *d, struct conn *c, int dir, const uint8_t 
 		s->pos_seq += take;
 		p += take;
 		n -= take;
-		if (hunt_scan(d, c, dir)) {
+		if (hunt_scan(d, c, dir, 0)) {
 			/* Bytes not yet appended are parsed after the replay, in order. */
 			replay_append(s, p, n, ts, 0);
 			return;
@@ -409,12 +448,10 @@ static void process(struct decoder *d, struct conn *c, int dir, const uint8_t *p
 	}
 }
 
-void stream_feed(struct decoder *d, struct conn *c, int dir, const uint8_t *p, uint32_t n,
-		 int64_t ts, int seg_start)
+/* Parse what a lock left in the replay buffer, piece by piece with each piece's time. */
+static void run_replay(struct decoder *d, struct conn *c, int dir)
 {
 	struct stream *s = &c->s[dir];
-	s->started = 1;
-	process(d, c, dir, p, n, ts, seg_start);
 	while (s->replay_len) {
 		uint8_t *buf = s->replay;
 		uint32_t len = s->replay_len;
@@ -452,6 +489,26 @@ void stream_feed(struct decoder *d, struct conn *c, int dir, const uint8_t *p, u
 	}
 }
 
+/* No more contiguous bytes are coming (a gap, or the end): give the hunt one last look,
+ * accepting a strong header whose successor cannot be checked. Returns 1 if it locked. */
+static int hunt_flush(struct decoder *d, struct conn *c, int dir)
+{
+	struct stream *s = &c->s[dir];
+	if (s->state != P_HUNT || s->hlen < BHS_LEN || !hunt_scan(d, c, dir, 1))
+		return 0;
+	run_replay(d, c, dir);
+	return 1;
+}
+
+void stream_feed(struct decoder *d, struct conn *c, int dir, const uint8_t *p, uint32_t n,
+		 int64_t ts, int seg_start)
+{
+	struct stream *s = &c->s[dir];
+	s->started = 1;
+	process(d, c, dir, p, n, ts, seg_start);
+	run_replay(d, c, dir);
+}
+
 void stream_gap(struct decoder *d, struct conn *c, int dir, uint32_t n, int truncated)
 {
 	struct stream *s = &c->s[dir];
@@ -461,6 +518,8 @@ void stream_gap(struct decoder *d, struct conn *c, int dir, uint32_t n, int trun
 	while (n) {
 		switch (s->state) {
 		case P_HUNT:
+			if (hunt_flush(d, c, dir))
+				continue; /* framed again: the gap falls on a PDU now */
 			st->resync_skipped_bytes += s->hlen;
 			s->hlen = 0;
 			s->n_hp = 0;
@@ -513,6 +572,8 @@ void stream_end(struct decoder *d, struct conn *c, int dir)
 {
 	struct stream *s = &c->s[dir];
 	struct decode_stats *st = decoder_stats(d);
+	while (hunt_flush(d, c, dir))
+		;
 	if (s->state == P_DATA && s->cur >= 0) {
 		st->incomplete_pdus++;
 		s->damaged = 1;

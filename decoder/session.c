@@ -182,6 +182,11 @@ static int64_t itt_find(struct decoder *d, uint64_t key)
 
 static void itt_put(struct decoder *d, uint64_t key, uint64_t cmd);
 
+int decoder_itt_open(struct decoder *d, const struct conn *c, uint32_t itt)
+{
+	return itt_find(d, itt_key(c, itt)) >= 0;
+}
+
 static void itt_grow(struct decoder *d)
 {
 	struct itt_ent *old = d->imap;

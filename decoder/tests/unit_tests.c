@@ -498,6 +498,40 @@ static void test_mid_pdu_start(void)
 	      "resync ts %lld", (long long)g->r[0].ts_ns);
 }
 
+/* Disk data laid out as the testbed fills LUNs (little-endian 64-bit word w at byte 8w) is
+ * mostly zeros and repeats every 8 bytes: around words 0x2300.. it reads like a chain of
+ * Login Responses. A capture starting inside such a payload must not invent PDUs. */
+static void test_pattern_payload_not_taken_for_headers(void)
+{
+	struct cap c;
+	struct decode_stats st;
+	static uint8_t buf[40000];
+	cap_init(&c);
+	uint32_t n = 16384;
+	bhs(buf, 0x25, 0x00, n, 0x77);
+	put32(buf + 20, 0xffffffff);
+	for (uint32_t i = 0; i < n / 8; i++) {
+		uint64_t w = 0x2200 + i;
+		for (int k = 0; k < 8; k++)
+			buf[48 + 8 * i + (uint32_t)k] = (uint8_t)(w >> (8 * k));
+	}
+	uint32_t total = 48 + n;
+	bhs(buf + total, 0x25, 0x81, 512, 0x77);
+	put32(buf + total + 20, 0xffffffff);
+	put32(buf + total + 24, 9);
+	put32(buf + total + 40, n);
+	uint32_t second = total;
+	total += 48 + 512;
+	/* start 1000 bytes into the payload, odd-sized segments so starts fall anywhere */
+	cap_send(&c, 1, buf + 1000, total - 1000, 1001);
+	struct got *g = decode(&c, &st);
+	CHECK(g->n == 1, "pdus %d (first op %x dsl %u)", g->n, g->n ? g->r[0].opcode : 0,
+	      g->n ? g->r[0].dsl : 0);
+	CHECK(g->n >= 1 && g->r[0].opcode == 0x25 && g->r[0].tcp_seq == 50000 + second - 1000 &&
+		      g->r[0].buffer_offset == n && (g->r[0].notes & N_RESYNC),
+	      "the real Data-In");
+}
+
 /* snaplen: a Data-In whose payload was cut by the capture; the next header is intact. */
 static void test_truncated(void)
 {
@@ -690,6 +724,7 @@ int main(void)
 	test_reorder_retransmit();
 	test_gap();
 	test_mid_pdu_start();
+	test_pattern_payload_not_taken_for_headers();
 	test_truncated();
 	test_digests_and_login();
 	test_digests_without_login();
