@@ -363,6 +363,7 @@ void *worker_main(void *arg)
 	if (!ok)
 		atomic_store(&g_stop, 1);
 	pthread_barrier_wait(&r->start);
+	pthread_barrier_wait(&r->go);
 	if (ok && engine(w) < 0)
 		atomic_store(&g_stop, 1);
 	session_close(&w->s);

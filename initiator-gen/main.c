@@ -425,6 +425,7 @@ static int run_iscsi(struct gen_opts *o)
 			o->sessions == 1 ? "" : "s");
 	stats_init(st);
 	pthread_barrier_init(&r->start, NULL, o->sessions + 1);
+	pthread_barrier_init(&r->go, NULL, o->sessions + 1);
 	ws[0].opened = 1;
 	for (unsigned i = 0; i < o->sessions; i++) {
 		ws[i].run = r;
@@ -435,7 +436,10 @@ static int run_iscsi(struct gen_opts *o)
 		}
 	}
 	pthread_barrier_wait(&r->start);
-	st->t_start = st->t_last = now_ns();
+	/* Start the clock before any command goes out, so rates and the mean outstanding
+	 * count cover exactly the same stretch. */
+	stats_restart_clock(st);
+	pthread_barrier_wait(&r->go);
 	uint64_t next = st->t_start + 1000000000ull;
 	while (atomic_load(&r->finished) < (int)o->sessions) {
 		usleep(10000);

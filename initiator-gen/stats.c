@@ -67,10 +67,20 @@ void stats_init(struct stats *s)
 /* Called under the lock whenever outstanding is about to change. */
 static void integrate(struct stats *s, uint64_t t)
 {
-	if (s->t_change && t > s->t_change && t > s->t_start)
-		s->outstanding_ns += (double)s->outstanding *
-				     (double)(t - (s->t_change > s->t_start ? s->t_change : s->t_start));
-	s->t_change = t;
+	/* Callers read the clock before taking the lock, so t may be older than the last
+	 * change; moving t_change back would count that stretch twice. */
+	uint64_t from = s->t_change > s->t_start ? s->t_change : s->t_start;
+	if (t > from)
+		s->outstanding_ns += (double)s->outstanding * (double)(t - from);
+	if (t > s->t_change)
+		s->t_change = t;
+}
+
+void stats_restart_clock(struct stats *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->t_start = s->t_last = now_ns();
+	pthread_mutex_unlock(&s->mu);
 }
 
 void stats_issue(struct stats *s)

@@ -35,6 +35,7 @@ struct stats {
 
 void stats_init(struct stats *s);
 void stats_done(struct stats *s, uint64_t lat_ns, uint64_t bytes);
+void stats_restart_clock(struct stats *s);
 void stats_issue(struct stats *s);
 void stats_error(struct stats *s, int verify);
 /* One progress line to stderr covering the time since the previous one. */
