@@ -428,6 +428,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
+    if "--kernel" in argv:  # workload inside the full-kernel VM testbed
+        from istrace_cli import vmtestbed
+        return vmtestbed.main_capture([x for x in argv if x != "--kernel"])
     a = parse_args(argv)
     if os.geteuid() != 0 and not a.initiator_host:
         print("istrace capture: must run as root (namespaces, tcpdump)", file=sys.stderr)

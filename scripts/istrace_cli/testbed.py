@@ -447,7 +447,12 @@ def _down(name: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="istrace testbed", description=__doc__.split("\n")[0])
+    if "--kernel" in argv:  # the full-kernel VM testbed (open-iscsi, LIO, netem) has its own CLI
+        from istrace_cli import vmtestbed
+        return vmtestbed.main([x for x in argv if x != "--kernel"])
+    ap = argparse.ArgumentParser(prog="istrace testbed", description=__doc__.split("\n")[0],
+                                 epilog="add --kernel for the full-kernel VM testbed "
+                                 "(open-iscsi + LIO + netem under QEMU): see docs/vm-testbed.md")
     sub = ap.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="bring a testbed up and leave it running")
     add_path_args(up)
