@@ -37,6 +37,9 @@ step "capture: $WORKLOAD  ->  $OUT"
 rm -rf "$OUT"
 "${ISTRACE[@]}" capture --name "$NAME" --workload "$WORKLOAD" --out "$OUT"
 
+step "merge: both ends' probes and pcaps on one clock (offset estimated from segments both saw)"
+"${ISTRACE[@]}" merge "$OUT" || echo "demo: merge failed; the report aligns layers from the raw tables"
+
 step "report"
 if "${ISTRACE[@]}" report "$OUT"; then
   REPORT=$(ls "$OUT"/*.html 2>/dev/null | head -1 || true)
