@@ -175,9 +175,10 @@ def calibrate(tb: Testbed) -> int:
     """Measure the forwarder's own latency and have it taken off the hold time.
 
     RTT through the forwarder = set delays + serialisation + the forwarder's cost + the stack
-    cost of one ordinary hop (measured as the RTT to the middle namespace). The difference,
-    halved, is the per-direction compensation in microseconds (0 when noise makes it negative).
-    Only the hold time changes; with delay 0 nothing can be taken off.
+    cost of the hops. Everything beyond the set delays and serialisation, halved, is the
+    per-direction compensation in microseconds (0 when noise makes it negative), so the set
+    delay is the whole one-way latency, as a ping sees it. Only the hold time changes; with
+    delay 0 nothing can be taken off.
     """
     cfg = tb.cfg
     hop = _low_rtt_ms(tb, MID_IP, 15)
@@ -185,7 +186,7 @@ def calibrate(tb: Testbed) -> int:
     if hop is None or through is None:
         return 0
     serial_ms = 2 * 84 * 8 / (cfg.rate_mbit * 1e3) if cfg.rate_mbit else 0.0
-    excess_ms = through - sum(cfg.one_way()) - serial_ms - hop
+    excess_ms = through - sum(cfg.one_way()) - serial_ms
     # capped: a forwarder that costs more than 100 us per pass is overloaded, not slow
     comp_us = max(0, min(int(excess_ms * 1000 / 2), COMP_MAX_US,
                          min(int(d * 1000) for d in cfg.one_way())))
