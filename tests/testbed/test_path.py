@@ -38,7 +38,7 @@ def median_rtt_rounds(tb, target_ms, rounds=5):
         rtts = ping_rtts(tb, 40)
         assert len(rtts) >= 38
         seen.append(statistics.median(rtts))
-        if abs(seen[-1] - target_ms) <= 0.05 * target_ms:
+        if abs(seen[-1] - target_ms) <= 0.05 * target_ms + 0.1:
             break
         time.sleep(1)
     return seen
@@ -51,7 +51,9 @@ def test_ping_rtt_is_twice_the_delay(delay_ms):
         meds = median_rtt_rounds(tb, 2 * delay_ms)
         print(f"\ndelay {delay_ms} ms one way: ping RTT median {meds[-1]:.3f} ms "
               f"(rounds {meds}), compensation {tb.state.get('compensate_us')} us")
-        assert abs(meds[-1] - 2 * delay_ms) <= 0.05 * 2 * delay_ms, load_note()
+        # 5% of the set RTT, plus 0.1 ms: a plain (non-real-time) ping's own wake-up and stack
+        # round trip, which the forwarder's calibration (a real-time ping) cannot see.
+        assert abs(meds[-1] - 2 * delay_ms) <= 0.05 * 2 * delay_ms + 0.1, load_note()
     assert leftovers(f"tbp{delay_ms}") == []
 
 
