@@ -18,21 +18,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from istrace_cli.paths import MissingBinary, binary
+from istrace_cli.paths import binary, exec_binary
 
 
 def main(argv: list[str]) -> int:
-    try:
-        exe = binary("istrace-probe")
-    except MissingBinary as exc:
-        print(f"istrace probe: {exc}", file=sys.stderr)
-        return 2
     if os.geteuid() != 0 and not any(a in ("-h", "--help", "--list-hooks") for a in argv):
         print("istrace probe: needs root (BPF)", file=sys.stderr)
         return 2
-    sys.stdout.flush()
-    os.execv(str(exe), [str(exe), *argv])
-    return 0  # not reached
+    return exec_binary("istrace-probe", argv, "probe")
 
 
 def read_meta(path: str | Path) -> dict[str, Any] | None:

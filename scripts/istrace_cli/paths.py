@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 # scripts/istrace_cli/paths.py -> repository root (editable install keeps sources in place).
@@ -30,3 +31,17 @@ def binary(name: str) -> Path:
     if found:
         return Path(found)
     raise MissingBinary(f"{name} is not built: run `make` in {REPO_ROOT}")
+
+
+def exec_binary(name: str, argv: list[str], command: str) -> int:
+    """Replace this process with a built istrace binary, so pipes, signals and exit codes
+    are the binary's own. Returns 2 (with a build hint) only when the binary is absent."""
+    try:
+        exe = binary(name)
+    except MissingBinary as exc:
+        print(f"istrace {command}: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(str(exe), [str(exe), *argv])
+    return 2  # not reached
