@@ -66,9 +66,9 @@ if [ "$PROBES" = on ]; then
 fi
 
 log "tcpdump on both ends"
-tcpdump -U -B 524288 -s 0 -n -i vi -w "$W/initiator.pcap" tcp port 3260 2> "$W/tcpdump-initiator.err" &
+tcpdump -U --immediate-mode -B 524288 -s 0 -n -i vi -w "$W/initiator.pcap" tcp port 3260 2> "$W/tcpdump-initiator.err" &
 pids+=($!)
-ip netns exec isttgt tcpdump -U -B 524288 -s 0 -n -i vt -w "$W/target.pcap" tcp port 3260 \
+ip netns exec isttgt tcpdump -U --immediate-mode -B 524288 -s 0 -n -i vt -w "$W/target.pcap" tcp port 3260 \
   2> "$W/tcpdump-target.err" &
 pids+=($!)
 for _ in $(seq 100); do
