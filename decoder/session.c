@@ -685,6 +685,25 @@ static void kv_process(struct decoder *d, struct conn *c, int dir, struct pdu_re
 	}
 }
 
+/* SCSI Response and Async Message carry SenseLength (2 bytes) then the sense data; a
+ * SenseLength past what arrived is clipped so a short or cut PDU never reads beyond it. */
+static void take_sense(struct pdu_rec *r, const uint8_t *data, uint32_t have)
+{
+	if (have < 2)
+		return;
+	uint32_t slen = rd16be(data);
+	if (slen > have - 2)
+		slen = have - 2;
+	struct sense_info si;
+	sense_decode(data + 2, slen, &si);
+	if (si.valid) {
+		r->sense_key = si.key;
+		r->asc = si.asc;
+		r->ascq = si.ascq;
+		r->has |= H_SENSE;
+	}
+}
+
 void pdu_finish(struct decoder *d, struct conn *c, int dir, int64_t idx, const uint8_t *data,
 		uint32_t have, uint8_t ddigest, uint32_t notes)
 {
@@ -700,19 +719,8 @@ void pdu_finish(struct decoder *d, struct conn *c, int dir, int64_t idx, const u
 	struct cmd_rec *cr = cmd_get(d, r->cmd);
 	switch (r->opcode) {
 	case 0x21: /* SCSI Response: data = SenseLength + sense data */
-		if (have >= 2 && r->dsl >= 2) {
-			uint32_t slen = rd16be(data);
-			if (slen > have - 2)
-				slen = have - 2;
-			struct sense_info si;
-			sense_decode(data + 2, slen, &si);
-			if (si.valid) {
-				r->sense_key = si.key;
-				r->asc = si.asc;
-				r->ascq = si.ascq;
-				r->has |= H_SENSE;
-			}
-		}
+		if (r->dsl >= 2)
+			take_sense(r, data, have);
 		break;
 	case 0x25:
 		if (cr && have >= 8 && r->buffer_offset == 0) {
@@ -746,19 +754,8 @@ void pdu_finish(struct decoder *d, struct conn *c, int dir, int64_t idx, const u
 		}
 		break;
 	case 0x32:
-		if (have >= 2 && r->bhs[36] == 0) {
-			uint32_t slen = rd16be(data);
-			if (slen > have - 2)
-				slen = have - 2;
-			struct sense_info si;
-			sense_decode(data + 2, slen, &si);
-			if (si.valid) {
-				r->sense_key = si.key;
-				r->asc = si.asc;
-				r->ascq = si.ascq;
-				r->has |= H_SENSE;
-			}
-		}
+		if (r->bhs[36] == 0)
+			take_sense(r, data, have);
 		break;
 	default:
 		break;
