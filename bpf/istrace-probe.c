@@ -973,6 +973,29 @@ static const char *bin_path(enum binary b)
 }
 
 /* Decide, before load, which variant each hook will try (first viable, not failed). */
+/* tp_btf variants that keep state in socket / task local storage (5.11 for tracing) */
+static bool needs_local_storage(const char *prog)
+{
+	static const char *const progs[] = { "tcp_probe_btf", "rcv_space_btf", "sys_enter_btf",
+					     "sys_exit_btf" };
+	size_t i;
+
+	for (i = 0; i < sizeof(progs) / sizeof(progs[0]); i++)
+		if (!strcmp(prog, progs[i]))
+			return true;
+	return false;
+}
+
+static bool have_local_storage(void)
+{
+	static int have = -1;
+
+	if (have < 0)
+		have = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_SK_STORAGE, NULL) == 1 &&
+		       libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, NULL) == 1;
+	return have;
+}
+
 static void choose_variants(void)
 {
 	size_t i;
@@ -998,6 +1021,10 @@ static void choose_variants(void)
 				if (!btf_has_tp(h->target)) {
 					snprintf(h->why[j], sizeof(h->why[j]),
 						 "no BTF for tracepoint %s", h->target);
+					h->failed[j] = true;
+				} else if (needs_local_storage(h->v[j].prog) && !have_local_storage()) {
+					snprintf(h->why[j], sizeof(h->why[j]),
+						 "no socket/task local storage in this kernel");
 					h->failed[j] = true;
 				}
 				break;
@@ -1132,6 +1159,10 @@ static int open_and_load(void)
 		while (size < ((__u32)opt.ringbuf_mb << 20))
 			size <<= 1;
 		bpf_map__set_max_entries(skel->maps.events, size);
+	}
+	if (!have_local_storage()) { /* the variants using them are off (choose_variants) */
+		bpf_map__set_autocreate(skel->maps.sock_last_sk, false);
+		bpf_map__set_autocreate(skel->maps.sys_start_task, false);
 	}
 	bpf_object__for_each_program(p, skel->obj) {
 		struct hook *h = hook_of_prog(bpf_program__name(p), &j);

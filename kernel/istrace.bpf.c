@@ -66,7 +66,7 @@ struct sys_start_val {
 	__u32 nr;
 	__s32 fd;
 	__u32 has_off;
-	__u32 pad;
+	__u32 open; /* task storage: 1 between an emitted enter and its exit */
 };
 
 struct {
@@ -131,6 +131,25 @@ struct {
 	__type(key, __u64); /* struct sock * */
 	__type(value, struct sock_last);
 } sock_last SEC(".maps");
+
+/* The same state in the socket itself, for the tp_btf variants: a socket-local storage
+ * lookup is a few loads (a hash lookup hashes the key and walks a bucket), it runs for
+ * every segment of every traced connection, and it goes away with the socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sock_last);
+} sock_last_sk SEC(".maps");
+
+/* Syscall entry state per task, for the tp_btf variants: sys_exit runs for every syscall
+ * of the host, and a task nobody traced has no storage, so its test is one NULL check. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sys_start_val);
+} sys_start_task SEC(".maps");
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -258,10 +277,12 @@ static __always_inline bool sock_wanted_btf(const struct sock *sk)
 		return false;
 	if (!ports_wanted(sk->__sk_common.skc_num, bpf_ntohs(sk->__sk_common.skc_dport)))
 		return false;
-	family = sk->__sk_common.skc_family;
-	if (family != AF_INET && family != AF_INET6)
+	/* then the namespace: on one machine with both ends, the other end's probe sees
+	 * every segment of the connection too */
+	if (cfg.netns && sk->__sk_common.skc_net.net->ns.inum != cfg.netns)
 		return false;
-	return !cfg.netns || sk->__sk_common.skc_net.net->ns.inum == cfg.netns;
+	family = sk->__sk_common.skc_family;
+	return family == AF_INET || family == AF_INET6;
 }
 
 static __always_inline void fill_conn(struct istrace_event *e, const struct sock *sk,
@@ -338,6 +359,38 @@ static __always_inline void fill_cdb(struct istrace_event *e, const __u8 *c)
 
 /* ---------------------------------------------------------------- TCP */
 
+/* A window's change-only key: 8 KiB steps below 64 KiB, then 8 steps per octave (at
+ * most 12.5% apart).  A window wobbling around a few MiB as the reader drains its buffer
+ * is not news (it made 9 of 10 tcp_probe events at 16 KiB steps), one closing is; the
+ * heartbeat still samples the exact value every cfg.tcp_sample_ns. */
+static __always_inline __u32 wnd_key(__u32 w)
+{
+	__u32 e = 0, x = w;
+
+	if (w < 65536)
+		return w >> 13;
+	if (x >> 16) {
+		e += 16;
+		x >>= 16;
+	}
+	if (x >> 8) {
+		e += 8;
+		x >>= 8;
+	}
+	if (x >> 4) {
+		e += 4;
+		x >>= 4;
+	}
+	if (x >> 2) {
+		e += 2;
+		x >>= 2;
+	}
+	if (x >> 1)
+		e += 1;
+	/* e: the highest set bit, 16..31; then the three bits below it */
+	return 8 + ((e - 16) << 3) + ((w >> ((e - 3) & 31)) & 7);
+}
+
 /* Whether this tcp_probe hit is worth an event: something the study plots changed, or
  * the socket has been quiet for cfg.tcp_sample_ns (a heartbeat with srtt, inflight). */
 static __always_inline bool tcp_probe_due(const struct sock *sk, struct sock_last *now)
@@ -377,31 +430,96 @@ static __always_inline int on_tcp_probe(struct sock *sk, __u64 cookie)
 	return 0;
 }
 
+/* Change-only test on the socket's own storage: the tp_btf variants' fast path.  The
+ * clock is the socket's tcp_mstamp (us, refreshed by TCP at each segment sent or
+ * received: at most one segment old here), a load instead of a helper call per hit. */
+static __always_inline bool sample_due(struct sock_last *last, const struct sock_last *now,
+				       __u64 ts)
+{
+	if (!last)
+		return true; /* no storage (allocation failed): every hit is an event */
+	if (last->ts && ts - last->ts < cfg.tcp_sample_ns / 1000 && last->cwnd == now->cwnd &&
+	    last->ssthresh == now->ssthresh && last->snd_wnd == now->snd_wnd &&
+	    last->rwnd == now->rwnd && last->ca_state == now->ca_state)
+		return false;
+	last->ts = ts;
+	last->cwnd = now->cwnd;
+	last->ssthresh = now->ssthresh;
+	last->snd_wnd = now->snd_wnd;
+	last->rwnd = now->rwnd;
+	last->ca_state = now->ca_state;
+	return true;
+}
+
+/* fill_conn + fill_cwnd with direct loads: tcp_probe_btf writes thousands of events a
+ * second, and each BPF_CORE_READ above is a helper call. */
+static __always_inline void fill_tcp_btf(struct istrace_event *e, const struct sock *sk,
+					 const struct tcp_sock *tp, __u64 cookie)
+{
+	const struct inet_connection_sock *icsk = &tp->inet_conn;
+	__u16 family = sk->__sk_common.skc_family;
+	__u32 out = tp->packets_out, left = tp->sacked_out + tp->lost_out;
+
+	e->family = family;
+	e->sport = sk->__sk_common.skc_num;
+	e->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	e->netns = sk->__sk_common.skc_net.net->ns.inum;
+	if (family == AF_INET) {
+		__u32 a = sk->__sk_common.skc_rcv_saddr, b = sk->__sk_common.skc_daddr;
+
+		__builtin_memcpy(e->saddr, &a, 4);
+		__builtin_memcpy(e->daddr, &b, 4);
+	} else {
+		bpf_core_read(e->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(e->daddr, 16, &sk->__sk_common.skc_v6_daddr);
+	}
+	e->cookie = cookie;
+	e->cwnd = tp->snd_cwnd;
+	e->ssthresh = tp->snd_ssthresh;
+	e->srtt_us = tp->srtt_us >> 3; /* kept x8 in the socket: shift once */
+	e->snd_wnd = tp->snd_wnd;
+	e->rwnd = tp->rcv_wnd;
+	e->inflight = (out > left ? out - left : 0) + tp->retrans_out;
+	e->seq = tp->snd_nxt;
+	e->ack = tp->snd_una;
+	e->ca_state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
+	e->flags |= F_CONN | F_CWND | F_SEQ | F_ACK | F_CA;
+}
+
 /* tcp_probe runs for every segment received on the host: the tp_btf variant filters
- * with direct loads through the BTF-typed socket (no helper call per field). */
+ * with direct loads through the BTF-typed socket (no helper call per field) and keeps
+ * its change-only state in the socket. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe_btf, struct sock *sk, const struct sk_buff *skb)
 {
 	const struct inet_connection_sock *icsk;
 	const struct tcp_sock *tp;
-	struct sock_last now = {};
+	struct istrace_event *e;
+	struct sock_last now;
 
 	if (!sock_wanted_btf(sk))
 		return 0;
+	tp = bpf_skc_to_tcp_sock(sk); /* the verifier knows only struct sock here */
+	if (!tp)
+		return 0;
 	if (cfg.tcp_sample_ns) {
-		tp = bpf_skc_to_tcp_sock(sk); /* the verifier knows only struct sock here */
-		if (!tp)
-			return 0;
 		icsk = &tp->inet_conn;
 		now.cwnd = tp->snd_cwnd;
 		now.ssthresh = tp->snd_ssthresh;
-		now.snd_wnd = tp->snd_wnd >> 14;
-		now.rwnd = tp->rcv_wnd >> 14;
+		now.snd_wnd = wnd_key(tp->snd_wnd);
+		now.rwnd = wnd_key(tp->rcv_wnd);
 		now.ca_state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
-		if (!tcp_probe_due(sk, &now))
+		if (!sample_due(bpf_sk_storage_get(&sock_last_sk, sk, NULL,
+						   BPF_SK_STORAGE_GET_F_CREATE), &now,
+				tp->tcp_mstamp))
 			return 0;
 	}
-	return on_tcp_probe(sk, bpf_get_socket_cookie(sk));
+	e = ev_new(EV_TCP_PROBE);
+	if (!e)
+		return 0;
+	fill_tcp_btf(e, sk, tp, bpf_get_socket_cookie(sk));
+	ev_submit(e);
+	return 0;
 }
 
 SEC("raw_tp/tcp_probe")
@@ -416,8 +534,8 @@ int BPF_PROG(tcp_probe_raw, struct sock *sk, const struct sk_buff *skb)
 	if (cfg.tcp_sample_ns) {
 		now.cwnd = BPF_CORE_READ(tp, snd_cwnd);
 		now.ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
-		now.snd_wnd = BPF_CORE_READ(tp, snd_wnd) >> 14;
-		now.rwnd = BPF_CORE_READ(tp, rcv_wnd) >> 14;
+		now.snd_wnd = wnd_key(BPF_CORE_READ(tp, snd_wnd));
+		now.rwnd = wnd_key(BPF_CORE_READ(tp, rcv_wnd));
 		now.ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
 		if (!tcp_probe_due(sk, &now))
 			return 0;
@@ -440,8 +558,8 @@ int tcp_probe_tp(struct trace_event_raw_tcp_probe *ctx)
 	if (cfg.tcp_sample_ns) {
 		now.cwnd = ctx->snd_cwnd;
 		now.ssthresh = ctx->ssthresh;
-		now.snd_wnd = ctx->snd_wnd >> 14;
-		now.rwnd = ctx->rcv_wnd >> 14;
+		now.snd_wnd = wnd_key(ctx->snd_wnd);
+		now.rwnd = wnd_key(ctx->rcv_wnd);
 		now.ca_state = BPF_CORE_READ_BITFIELD_PROBED((struct inet_connection_sock *)sk,
 							     icsk_ca_state);
 		if (!tcp_probe_due(sk, &now))
@@ -556,34 +674,11 @@ int BPF_PROG(sock_state_raw, const struct sock *sk, int old, int new)
 	return sock_wanted(sk) ? on_sock_state(sk, old, new, 0) : 0;
 }
 
-static __always_inline int on_rcv_space(struct sock *sk, __u64 cookie)
+static __always_inline int emit_rcv_space(struct sock *sk, __u32 space, __u32 rcvbuf,
+					  __u64 cookie)
 {
 	struct istrace_event *e;
-	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	__u32 space, rcvbuf;
-	__u64 key = (__u64)sk, now;
-	struct sock_last *last, init = {};
 
-	/* called on every read by the application: write only what autotuning changed */
-	space = BPF_CORE_READ(tp, rcvq_space.space);
-	rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
-	if (cfg.tcp_sample_ns) {
-		now = bpf_ktime_get_ns();
-		last = bpf_map_lookup_elem(&sock_last, &key);
-		if (last && last->space == space && last->rcvbuf == rcvbuf &&
-		    now - last->rcv_ts < cfg.tcp_sample_ns)
-			return 0;
-		if (last) {
-			last->space = space;
-			last->rcvbuf = rcvbuf;
-			last->rcv_ts = now;
-		} else {
-			init.space = space;
-			init.rcvbuf = rcvbuf;
-			init.rcv_ts = now;
-			bpf_map_update_elem(&sock_last, &key, &init, BPF_ANY);
-		}
-	}
 	e = ev_new(EV_RCV_SPACE);
 	if (!e)
 		return 0;
@@ -595,16 +690,67 @@ static __always_inline int on_rcv_space(struct sock *sk, __u64 cookie)
 	return 0;
 }
 
+/* Called on every read by the application: write only what autotuning changed (or a
+ * heartbeat every cfg.tcp_sample_ns).  Returns whether an event is due. */
+static __always_inline bool rcv_space_due(struct sock_last *last, __u32 space, __u32 rcvbuf,
+					  __u64 now)
+{
+	if (last->rcv_ts && last->space == space && last->rcvbuf == rcvbuf &&
+	    now - last->rcv_ts < cfg.tcp_sample_ns)
+		return false;
+	last->space = space;
+	last->rcvbuf = rcvbuf;
+	last->rcv_ts = now;
+	return true;
+}
+
 SEC("tp_btf/tcp_rcv_space_adjust")
 int BPF_PROG(rcv_space_btf, struct sock *sk)
 {
-	return sock_wanted_btf(sk) ? on_rcv_space(sk, bpf_get_socket_cookie(sk)) : 0;
+	const struct tcp_sock *tp;
+	struct sock_last *last;
+	__u32 space, rcvbuf;
+
+	if (!sock_wanted_btf(sk))
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	space = tp->rcvq_space.space;
+	rcvbuf = sk->sk_rcvbuf;
+	if (cfg.tcp_sample_ns) {
+		last = bpf_sk_storage_get(&sock_last_sk, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+		/* tcp_mstamp: see sample_due */
+		if (last && !rcv_space_due(last, space, rcvbuf, tp->tcp_mstamp * 1000))
+			return 0;
+	}
+	return emit_rcv_space(sk, space, rcvbuf, bpf_get_socket_cookie(sk));
 }
 
 SEC("raw_tp/tcp_rcv_space_adjust")
 int BPF_PROG(rcv_space_raw, struct sock *sk)
 {
-	return sock_wanted(sk) ? on_rcv_space(sk, 0) : 0;
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	struct sock_last *last, init = {};
+	__u64 key = (__u64)sk;
+	__u32 space, rcvbuf;
+
+	if (!sock_wanted(sk))
+		return 0;
+	space = BPF_CORE_READ(tp, rcvq_space.space);
+	rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
+	if (cfg.tcp_sample_ns) {
+		last = bpf_map_lookup_elem(&sock_last, &key);
+		if (last && !rcv_space_due(last, space, rcvbuf, bpf_ktime_get_ns()))
+			return 0;
+		if (!last) {
+			init.space = space;
+			init.rcvbuf = rcvbuf;
+			init.rcv_ts = bpf_ktime_get_ns();
+			bpf_map_update_elem(&sock_last, &key, &init, BPF_ANY);
+		}
+	}
+	return emit_rcv_space(sk, space, rcvbuf, 0);
 }
 
 /* ---------------------------------------------------------------- net: drops, qdisc */
@@ -867,7 +1013,7 @@ int BPF_PROG(rq_complete_raw, struct request *rq, int error, unsigned int nr_byt
 
 static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 {
-	struct sys_start_val v = {};
+	struct sys_start_val v = {}, *slot;
 	struct istrace_event *e;
 	__u32 nr = id, tid;
 	__u8 *want, w;
@@ -893,7 +1039,15 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 	if (!e)
 		return 0;
 	v.ts = e->ts_ns;
-	bpf_map_update_elem(&sys_start, &tid, &v, BPF_ANY);
+	v.open = 1; /* open: sys_exit of this task emits */
+	if (btf) {
+		slot = bpf_task_storage_get(&sys_start_task, bpf_get_current_task_btf(), NULL,
+					    BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (slot)
+			*slot = v;
+	} else {
+		bpf_map_update_elem(&sys_start, &tid, &v, BPF_ANY);
+	}
 	e->reason = nr;
 	e->status = v.fd;
 	e->flags |= F_REASON | F_STATUS;
@@ -909,32 +1063,46 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 	return 0;
 }
 
-static __always_inline int on_sys_exit(long ret, bool btf)
+static __always_inline int emit_sys_exit(const struct sys_start_val *v, long ret)
+{
+	struct istrace_event *e = ev_new(EV_SYS_EXIT);
+
+	if (!e)
+		return 0;
+	e->reason = v->nr;
+	e->lat_ns = e->ts_ns - v->ts;
+	if (v->has_off) {
+		e->lba = v->off;
+		e->flags |= F_LBA;
+	}
+	e->bytes = ret > 0 ? ret : 0;
+	e->status = ret < -0x7fffffffL ? -0x7fffffff : (ret > 0x7fffffffL ? 0x7fffffff : ret);
+	e->flags |= F_REASON | F_BYTES | F_STATUS | F_LAT;
+	ev_submit(e);
+	return 0;
+}
+
+/* every syscall of the host exits here: a task never traced has no storage at all */
+static __always_inline int on_sys_exit_btf(long ret)
 {
 	struct sys_start_val *v;
-	struct istrace_event *e;
+
+	v = bpf_task_storage_get(&sys_start_task, bpf_get_current_task_btf(), NULL, 0);
+	if (!v || !v->open)
+		return 0;
+	v->open = 0;
+	return emit_sys_exit(v, ret);
+}
+
+static __always_inline int on_sys_exit_raw(long ret)
+{
+	struct sys_start_val *v;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
-	/* every syscall of the host exits here: the cheap namespace test first */
-	if (btf && !cfg.have_pids && !cfg.any_task && cfg.netns &&
-	    current_netns_btf() != cfg.netns)
-		return 0;
 	v = bpf_map_lookup_elem(&sys_start, &tid);
 	if (!v)
 		return 0;
-	e = ev_new(EV_SYS_EXIT);
-	if (e) {
-		e->reason = v->nr;
-		e->lat_ns = e->ts_ns - v->ts;
-		if (v->has_off) {
-			e->lba = v->off;
-			e->flags |= F_LBA;
-		}
-		e->bytes = ret > 0 ? ret : 0;
-		e->status = ret < -0x7fffffffL ? -0x7fffffff : (ret > 0x7fffffffL ? 0x7fffffff : ret);
-		e->flags |= F_REASON | F_BYTES | F_STATUS | F_LAT;
-		ev_submit(e);
-	}
+	emit_sys_exit(v, ret);
 	bpf_map_delete_elem(&sys_start, &tid);
 	return 0;
 }
@@ -944,9 +1112,9 @@ int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id) { return on_sys_enter
 SEC("raw_tp/sys_enter")
 int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id) { return on_sys_enter(regs, id, false); }
 SEC("tp_btf/sys_exit")
-int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return on_sys_exit(ret, true); }
+int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return on_sys_exit_btf(ret); }
 SEC("raw_tp/sys_exit")
-int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return on_sys_exit(ret, false); }
+int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return on_sys_exit_raw(ret); }
 
 /* ---------------------------------------------------------------- SCSI / iSCSI, kernel */
 /*

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,27 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
+def machine_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs from /proc/stat"""
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def threads(pid: int) -> dict[str, int]:
+    """CPU ticks per thread (by name) of a process"""
+    out: dict[str, int] = collections.Counter()
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            st = (t / "stat").read_text()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1:st.rindex(")")]
+        f = st.rsplit(")", 1)[1].split()
+        out[f"{name}/{t.name}"] += int(f[11]) + int(f[12])
+    return out
+
+
 def event_counts(path: Path) -> collections.Counter[str]:
     c: collections.Counter[str] = collections.Counter()
     for line in path.read_text().splitlines():
@@ -65,13 +87,26 @@ def main(argv: list[str]) -> int:
     gen = binary("istrace-gen")
     out = Path(tempfile.mkdtemp(prefix="istrace-profile-"))
     hz = os.sysconf("SC_CLK_TCK")
+    tgtd = 0
 
-    def read(tb: Testbed) -> float:
+    def read(tb: Testbed, label: str = "") -> float:
+        m0, t0, c0 = machine_busy(), threads(tgtd), resource.getrusage(resource.RUSAGE_CHILDREN)
+        w0 = time.monotonic()
         r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size", size,
                         "--time", str(secs), "--queue-depth", depth, "--json", "--quiet"],
                        capture_output=True, timeout=secs + 60)
         if r.returncode != 0:
             sys.exit(f"profile: istrace-gen failed: {r.stderr.strip()[-300:]}")
+        wall = time.monotonic() - w0
+        m1, t1, c1 = machine_busy(), threads(tgtd), resource.getrusage(resource.RUSAGE_CHILDREN)
+        if label:
+            gen_cpu = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
+            busy = [f"{k} {100 * (v - t0.get(k, 0)) / hz / wall:.0f}%" for k, v in t1.items()
+                    if v - t0.get(k, 0) > 0.02 * hz * wall]
+            print(f"{label}: {json.loads(r.stdout.strip().splitlines()[-1])['mb_s']:.1f} MB/s; "
+                  f"machine busy {100 * (m1[0] - m0[0]) / max(1, m1[1] - m0[1]):.0f}% of "
+                  f"{os.cpu_count()} CPUs; istrace-gen {100 * gen_cpu:.0f}% of one CPU; "
+                  f"tgtd threads: {', '.join(busy)}")
         return float(json.loads(r.stdout.strip().splitlines()[-1])["mb_s"])
 
     with Testbed(TestbedConfig(name=os.environ.get("ISTRACE_BENCH_NAME", "oprof"),
@@ -79,6 +114,7 @@ def main(argv: list[str]) -> int:
         state = testbed_state.load(tb.cfg.name) or tb.state
         tgtd = next(p["pid"] for p in state["pids"] if p["what"] == "tgtd")
         read(tb)
+        read(tb, "without probes")
         pi = Probe(out / "ini.jsonl", ["--host", "initiator", "--netns", tb.ini_ns,
                                        "--usdt", str(gen), *extra])
         pt = Probe(out / "tgt.jsonl", ["--host", "target", "--netns", tb.tgt_ns,
@@ -89,7 +125,7 @@ def main(argv: list[str]) -> int:
                 assert pi.proc and pt.proc
                 before, c0 = prog_stats(), (cpu_ticks(pi.proc.pid), cpu_ticks(pt.proc.pid))
                 t0 = time.monotonic()
-                mb = read(tb)
+                mb = read(tb, "with probes")
                 wall = time.monotonic() - t0
                 after, c1 = prog_stats(), (cpu_ticks(pi.proc.pid), cpu_ticks(pt.proc.pid))
         finally:
