@@ -38,8 +38,6 @@ int conn_send_pdu(struct conn *c, const unsigned char bhs[BHS_LEN], const void *
  * leaves in one segment instead of one segment (and one target wakeup) each. */
 int conn_send_pdu_more(struct conn *c, const unsigned char bhs[BHS_LEN], const void *data,
 		       uint32_t len, int more);
-/* Bytes already read ahead: the next PDU can be handled without waiting. */
-static inline int conn_rx_pending(const struct conn *c) { return c->rx_off < c->rx_len; }
 /* Receive one BHS (skipping AHS, checking the header digest) and decode it. */
 int conn_recv_bhs(struct conn *c, struct bhs *h);
 /* Receive h->dsl bytes into dst (or into c->scratch when dst is NULL), then padding and the
