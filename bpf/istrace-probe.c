@@ -742,7 +742,8 @@ static void rec_write(void)
 	}
 	*o++ = '{';
 	for (c = 0; c < C_N; c++) {
-		size_t k = strlen(col_name[c]);
+		static size_t klen[C_N];
+		size_t k = klen[c] ? klen[c] : (klen[c] = strlen(col_name[c]));
 
 		if (!rec.set[c] && c >= C_NSCHEMA)
 			continue;
@@ -801,22 +802,47 @@ static int handle_event(void *ctx, void *data, size_t len)
 	put_s(C_HOST, opt.host);
 	put_s(C_LAYER, info->layer);
 	if (syscall) {
-		snprintf(buf, sizeof(buf), "%s_%s", sys_name(e->reason), info->name);
-		put_s(C_EVENT, buf);
+		/* "<call>_enter"/"<call>_exit", made once per call and kind */
+		static char names[512][2][32];
+		char *name = e->reason < 512 ? names[e->reason][e->type == EV_SYS_EXIT] : buf;
+
+		if (!name[0] || name == buf)
+			snprintf(name, 32, "%s_%s", sys_name(e->reason), info->name);
+		put_s(C_EVENT, name);
 	} else {
 		put_s(C_EVENT, info->name);
 	}
 	put_u(C_PID, e->pid);
-	snprintf(buf, sizeof(buf), "%.*s", ISTRACE_COMM_LEN, e->comm);
-	put_s(C_COMM, buf);
+	{
+		size_t n = strnlen(e->comm, ISTRACE_COMM_LEN);
+
+		memcpy(buf, e->comm, n);
+		buf[n] = 0;
+		put_s(C_COMM, buf);
+	}
 	if (f & F_CONN) {
 		/* initiator side first: the end not on the iSCSI port is the initiator */
 		bool local_is_target = opt.port && e->sport == opt.port;
 
-		fmt_addr(a, sizeof(a), e->family, e->saddr, e->sport);
-		fmt_addr(b, sizeof(b), e->family, e->daddr, e->dport);
-		snprintf(buf, sizeof(buf), "%.55s-%.55s", local_is_target ? b : a, local_is_target ? a : b);
-		put_s(C_CONN, buf);
+		/* the text of the last connection is kept: most events are on one */
+		static struct { __u8 saddr[16], daddr[16]; __u16 sport, dport, family; } last_key;
+		static char last_conn[VAL_MAX];
+		struct { __u8 saddr[16], daddr[16]; __u16 sport, dport, family; } key;
+
+		memset(&key, 0, sizeof(key));
+		memcpy(key.saddr, e->saddr, 16);
+		memcpy(key.daddr, e->daddr, 16);
+		key.sport = e->sport;
+		key.dport = e->dport;
+		key.family = e->family;
+		if (!last_conn[0] || memcmp(&key, &last_key, sizeof(key))) {
+			fmt_addr(a, sizeof(a), e->family, e->saddr, e->sport);
+			fmt_addr(b, sizeof(b), e->family, e->daddr, e->dport);
+			snprintf(last_conn, sizeof(last_conn), "%.55s-%.55s",
+				 local_is_target ? b : a, local_is_target ? a : b);
+			memcpy(&last_key, &key, sizeof(key));
+		}
+		put_s(C_CONN, last_conn);
 		if (e->cookie)
 			put_u(C_COOKIE, e->cookie);
 	}

@@ -4,8 +4,10 @@
 # run.  Rounds alternate (off, on, off, on, ...) so load from other work on the machine
 # hits both sides alike (odd rounds run the probed read first); the medians are compared.
 # On a machine shared with other work throughput is noisy, so it also reports the CPU the
-# BPF programs themselves used (kernel.bpf_stats_enabled during the probed reads), the
-# probes' lost events (must be 0) and how many events each round produced.
+# loaders used (utime+stime), the probes' lost events (must be 0) and how many events each
+# round produced, and after the timed rounds one more probed read with
+# kernel.bpf_stats_enabled gives the CPU of the BPF programs themselves (stats cost two
+# clock reads per program run, so they are off during the timed rounds).
 #
 # usage: bpf/bench/overhead.sh [ROUNDS] [SECONDS] [SIZE] [DEPTH]
 #        defaults: 5 rounds of 3 s, 1M reads, queue depth 4.  Needs root and a build.
@@ -58,36 +60,46 @@ def bpf_run_ns() -> dict[int, int]:
             if str(p.get("name", "")).startswith(PROGS)}
 
 
+def cpu_s(probes: tuple[Probe, ...]) -> float:
+    """user+system CPU seconds the loaders used so far"""
+    total = 0
+    for p in probes:
+        if p.proc is not None and p.proc.poll() is None:
+            f = Path(f"/proc/{p.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(f[11]) + int(f[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def probes(tb: Testbed, tag: str) -> tuple[Probe, Probe]:
+    pi = Probe(out / f"ini-{tag}.jsonl", ["--host", "initiator", "--netns", tb.ini_ns,
+                                          "--usdt", str(gen), *extra])
+    pt = Probe(out / f"tgt-{tag}.jsonl", ["--host", "target", "--netns", tb.tgt_ns,
+                                          "--tgtd", str(tgtd), "--block-dev", tb.lun_path,
+                                          *extra])
+    if control:
+        pi.start = pt.start = lambda: None  # type: ignore[method-assign]
+        pi.stop = pt.stop = lambda: 0  # type: ignore[method-assign]
+        pi.out.write_text('{"event":"end","events":0,"lost":0}\n')
+        pt.out.write_text('{"event":"end","events":0,"lost":0}\n')
+    return pi, pt
+
+
 results: dict[str, list[float]] = {"off": [], "on": []}
-events, lost, bpf_cpu = [], [], []
+events, lost, loader_cpu = [], [], []
+bpf_cpu = 0.0
 with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
     state = testbed_state.load(name) or tb.state
     tgtd = next(p["pid"] for p in state["pids"] if p["what"] == "tgtd")
     read(tb)  # warm-up: login path, page cache of the LUN
-    subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=False)
-    import atexit
-    atexit.register(subprocess.run, ["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=False)
     for i in range(rounds):
         if i % 2 == 0:
             results["off"].append(read(tb))
-        pi = Probe(out / f"ini-{i}.jsonl", ["--host", "initiator", "--netns", tb.ini_ns,
-                                            "--usdt", str(gen), *extra])
-        pt = Probe(out / f"tgt-{i}.jsonl", ["--host", "target", "--netns", tb.tgt_ns,
-                                            "--tgtd", str(tgtd), "--block-dev", tb.lun_path,
-                                            *extra])
-        if control:
-            pi.start = pt.start = lambda: None  # type: ignore[method-assign]
-            pi.stop = pt.stop = lambda: 0  # type: ignore[method-assign]
-            pi.out.write_text('{"event":"end","events":0,"lost":0}\n')
-            pt.out.write_text('{"event":"end","events":0,"lost":0}\n')
+        pi, pt = probes(tb, str(i))
         with pi, pt:
-            before = bpf_run_ns()
-            t0 = time.monotonic()
+            c0, t0 = cpu_s((pi, pt)), time.monotonic()
             results["on"].append(read(tb))
             wall = time.monotonic() - t0
-            after = bpf_run_ns()
-        # CPU seconds the probes' programs ran per second of the read
-        bpf_cpu.append(sum(v - before.get(k, 0) for k, v in after.items()) / 1e9 / wall)
+            loader_cpu.append((cpu_s((pi, pt)) - c0) / wall)
         if i % 2 == 1:
             results["off"].append(read(tb))
         n_ev = n_lost = 0
@@ -99,13 +111,25 @@ with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
         lost.append(n_lost)
         print(f"round {i + 1}/{rounds}: off {results['off'][-1]:.1f} MB/s, "
               f"on {results['on'][-1]:.1f} MB/s, {n_ev} events, {n_lost} lost, "
-              f"BPF CPU {100 * bpf_cpu[-1]:.2f}% of one CPU", flush=True)
+              f"loaders {100 * loader_cpu[-1]:.1f}% of one CPU", flush=True)
         if not keep:
             for f in (pi.out, pt.out):
                 f.unlink(missing_ok=True)
-subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=False)
+    if not control:  # one more probed read, untimed, for the programs' own run time
+        subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=False)
+        try:
+            pi, pt = probes(tb, "stats")
+            with pi, pt:
+                before, t0 = bpf_run_ns(), time.monotonic()
+                read(tb)
+                wall = time.monotonic() - t0
+                after = bpf_run_ns()
+            bpf_cpu = sum(v - before.get(k, 0) for k, v in after.items()) / 1e9 / wall
+        finally:
+            subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=False)
 off, on = statistics.median(results["off"]), statistics.median(results["on"])
-cpu = statistics.median(bpf_cpu)
+cpu = bpf_cpu
+lcpu = statistics.median(loader_cpu)
 # paired: each round's with/without ratio (the two reads ran back to back)
 ratios = [b / a for a, b in zip(results["off"], results["on"], strict=True)]
 r_mean = statistics.fmean(ratios)
@@ -115,13 +139,15 @@ rate = statistics.median(events) / secs
 print(f"paired rounds: with/without = {r_mean:.3f} +- {r_se:.3f} (mean +- s.e.), i.e. "
       f"overhead {100 * (1 - r_mean):+.1f}% +- {100 * r_se:.1f}%")
 print(f"median without probes {off:.1f} MB/s, with all probes {on:.1f} MB/s: "
-      f"overhead {loss:+.1f}% of throughput; BPF programs {100 * cpu:.2f}% of one CPU; "
+      f"overhead {loss:+.1f}% of throughput; BPF programs {100 * cpu:.2f}% of one CPU "
+      f"(separate read with bpf_stats); loaders {100 * lcpu:.2f}% of one CPU; "
       f"{rate:.0f} events/s; lost events {sum(lost)}")
 print(json.dumps({"rounds": rounds, "seconds": secs, "size": size, "depth": depth,
                   "mb_s_off": results["off"], "mb_s_on": results["on"],
                   "median_off": off, "median_on": on, "overhead_pct": round(loss, 2),
                   "events_per_round": events, "lost": sum(lost),
-                  "bpf_cpu_share": [round(c, 5) for c in bpf_cpu],
+                  "bpf_cpu_share": round(cpu, 5),
+                  "loader_cpu_share": [round(c, 5) for c in loader_cpu],
                   "paired_ratio_mean": round(r_mean, 4), "paired_ratio_se": round(r_se, 4)}))
 sys.exit(0 if sum(lost) == 0 else 1)
 PY
