@@ -2,11 +2,16 @@
 # istrace-gen benchmark: istrace gen vs libiscsi's iscsi-perf vs the plain-TCP socket baseline,
 # on one testbed (tgtd in a namespace pair), same block size and queue depth, interleaved runs.
 #
-#   sudo initiator-gen/bench/bench.sh [-r REPEATS] [-t SECONDS] [-c "SIZE:QD ..."] [-T]
+#   sudo initiator-gen/bench/bench.sh [-r REPEATS] [-t SECONDS] [-c "SIZE:QD ..."] [-T] [-M] [-O]
 #
 # -T tunes the target for big commands (tgtd MaxBurstLength and MaxRecvDataSegmentLength
 # 16776192, istrace gen --mrdsl 16776192) so a 4 MiB READ travels as one Data-In PDU;
 # iscsi-perf negotiates its own (smaller) values either way.
+# -M starts tgtd with glibc's malloc told to keep big buffers (GLIBC_TUNABLES mmap_threshold
+# 64 MiB, trim_threshold 256 MiB): tgtd allocates each command's data buffer afresh, and
+# by default a buffer of 128 KiB or more is a new mmap() (page faults, zeroing, munmap with
+# its TLB shootdown) per command. -O leaves TSO/GSO/GRO on in the testbed (fewer, bigger
+# packets for every tool alike). Every tool of a run talks to the same target either way.
 # Prints one row per case with the median MB/s (10^6 bytes/s) of each tool, the ratios
 # gen/iscsi-perf and gen/socket, and the spread (max-min)/median of each tool's repeats, so the
 # noise of a shared machine is visible. Not a test: it asserts nothing; docs/gen.md has figures.
@@ -22,13 +27,18 @@ SECS=4
 CASES="4M:1 4M:4 64k:8 4k:8"
 TUNE=0
 GEN_EXTRA=()
-while getopts "r:t:c:Th" opt; do
+MALLOC=0
+TESTBED_OPTS=()
+TGTD_TUNABLES=glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=268435456
+while getopts "r:t:c:TMOh" opt; do
   case $opt in
     r) REPEATS=$OPTARG ;;
     t) SECS=$OPTARG ;;
     c) CASES=$OPTARG ;;
     T) TUNE=1; GEN_EXTRA=(--mrdsl 16776192) ;;
-    *) sed -n '2,13p' "$0"; exit 2 ;;
+    M) MALLOC=1 ;;
+    O) TESTBED_OPTS=(--offloads) ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (network namespaces)" >&2; exit 2; }
@@ -53,7 +63,20 @@ cleanup() {
 trap cleanup EXIT
 
 echo "bench: testbed $NAME up (256 MiB LUN) ..." >&2
-"${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb 256 >/dev/null
+if [ "$MALLOC" = 1 ]; then
+  # tgtd inherits the environment of `testbed up`; checked below, not assumed
+  GLIBC_TUNABLES=$TGTD_TUNABLES "${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb 256 \
+    "${TESTBED_OPTS[@]}" >/dev/null
+else
+  "${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb 256 "${TESTBED_OPTS[@]}" >/dev/null
+fi
+TGTD_PID=$(PYTHONPATH="$ROOT/scripts" python3 -c "from istrace_cli import testbed_state as s
+print([p['pid'] for p in s.load('$NAME')['pids'] if p['what'] == 'tgtd'][0])")
+if [ "$MALLOC" = 1 ]; then
+  # (glibc cuts the variable at its ':' once parsed: look for the first tunable)
+  tr '\0' '\n' <"/proc/$TGTD_PID/environ" | grep -qx "GLIBC_TUNABLES=${TGTD_TUNABLES%%:*}" ||
+    { echo "bench: tgtd ($TGTD_PID) did not get GLIBC_TUNABLES" >&2; exit 1; }
+fi
 "${TGT[@]}" "$GEN" --serve "$TGT_IP:$PORT" 2>/dev/null &
 SRV_PID=$!
 "${TGT[@]}" "$GEN" --serve "$TGT_IP:$FPORT" --serve-file "/run/istrace/$NAME/lun1.img" \
@@ -86,7 +109,7 @@ run_gen() {  # size qd
   out=$("${INI[@]}" /usr/bin/time -f '%U %S' -o "$CPUF" "$GEN" --portal "$PORTAL" \
     --target "$IQN" --size "$1" --queue-depth "$2" --time "$SECS" --json --quiet \
     "${GEN_EXTRA[@]}" 2>/dev/null)
-  echo "$(jq -r .mb_s <<<"$out") $(cpu_per_gb "$(jq -r .bytes <<<"$out")")"
+  echo "$(jq -r .mb_s <<<"$out") $(cpu_per_gb "$(jq -r .bytes <<<"$out")") $(jq -r .bytes <<<"$out")"
 }
 run_perf() {  # size qd (MB/s from its average IOPS x transfer size)
   local bytes blocks iops
@@ -95,39 +118,49 @@ run_perf() {  # size qd (MB/s from its average IOPS x transfer size)
     iscsi-perf -m "$2" -b "$blocks" -t "$SECS" "iscsi://$PORTAL/$IQN/1" | tr '\r' '\n' |
     sed -n 's/^iops average \([0-9]*\).*/\1/p' | tail -1)
   iops=${iops:-0}
+  local total
+  total=$(awk -v i="$iops" -v b="$bytes" -v s="$SECS" 'BEGIN { print i * b * s }')
   echo "$(awk -v i="$iops" -v b="$bytes" 'BEGIN { printf "%.3f", i * b / 1e6 }')" \
-    "$(cpu_per_gb "$(awk -v i="$iops" -v b="$bytes" -v s="$SECS" 'BEGIN { print i * b * s }')")"
+    "$(cpu_per_gb "$total") $total"
 }
 run_sock() {  # port size qd [--stream]
   local port=$1 out; shift
   out=$("${INI[@]}" /usr/bin/time -f '%U %S' -o "$CPUF" "$GEN" --socket "$TGT_IP:$port" \
     --size "$1" --queue-depth "$2" --time "$SECS" --json --quiet ${3:-} 2>/dev/null)
-  echo "$(jq -r .mb_s <<<"$out") $(cpu_per_gb "$(jq -r .bytes <<<"$out")")"
+  echo "$(jq -r .mb_s <<<"$out") $(cpu_per_gb "$(jq -r .bytes <<<"$out")") $(jq -r .bytes <<<"$out")"
 }
 
-row() {  # tool - "MB/s cpu" -> one raw line (uses $size and $qd)
-  local mbs cpu
-  read -r mbs cpu <<<"$3"
-  printf '%s\t%s\t%s\t%s\t%s\n' "$size" "$qd" "$1" "${mbs:-0}" "${cpu:-0}" >>"$RAW"
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# The server side's CPU too (tgtd for both initiators, the socket servers for the baselines):
+# on two shared cores the target's cost per byte is what bounds the throughput.
+measure() {  # tool server-pid runner args... -> one raw line (uses $size and $qd)
+  local tool=$1 pid=$2 a b mbs cpu bytes; shift 2
+  a=$(ticks "$pid")
+  read -r mbs cpu bytes <<<"$("$@")"
+  b=$(ticks "$pid")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$qd" "$tool" "${mbs:-0}" "${cpu:-0}" \
+    "$(awk -v t=$((b - a)) -v by="${bytes:-0}" -v hz="$(getconf CLK_TCK)" \
+      'BEGIN { printf "%.3f", (by > 0 ? t / hz / (by / 1e9) : 0) }')" >>"$RAW"
 }
-
 for rep in $(seq 1 "$REPEATS"); do
   for c in $CASES; do
     size=${c%%:*} qd=${c##*:}
     echo "bench: repeat $rep/$REPEATS, $size x qd $qd" >&2
     # interleaved, so a burst of load from other users hits every tool alike
-    row gen - "$(run_gen "$size" "$qd")"
-    row perf - "$(run_perf "$size" "$qd")"
-    row sock - "$(run_sock $PORT "$size" "$qd")"
-    row fsock - "$(run_sock $FPORT "$size" "$qd")"
-    row stream - "$(run_sock $PORT "$size" "$qd" --stream)"
+    measure gen "$TGTD_PID" run_gen "$size" "$qd"
+    measure perf "$TGTD_PID" run_perf "$size" "$qd"
+    measure sock "$SRV_PID" run_sock $PORT "$size" "$qd"
+    measure fsock "$FSRV_PID" run_sock $FPORT "$size" "$qd"
+    measure stream "$SRV_PID" run_sock $PORT "$size" "$qd" --stream
   done
 done
 
 echo
 echo "istrace-gen benchmark: median of $REPEATS runs of ${SECS}s each, MB/s = 10^6 bytes/s;"
-echo "target tuned for big PDUs (-T): $([ "$TUNE" = 1 ] && echo yes || echo no);" \
-  "socket = from memory, sock-file = server preads the LUN file like tgtd"
+yn() { [ "$1" = 1 ] && echo yes || echo no; }
+echo "target tuned for big PDUs (-T): $(yn "$TUNE"); tgtd malloc keeps buffers (-M):" \
+  "$(yn "$MALLOC"); offloads on (-O): $([ ${#TESTBED_OPTS[@]} -gt 0 ] && echo yes || echo no)"
+echo "socket = from memory, sock-file = server preads the LUN file like tgtd"
 echo "spread = (max-min)/median of the repeats; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk -F'\t' -v cases="$CASES" '
   function median(key,   n, i, j, t, a) {
@@ -137,20 +170,29 @@ awk -F'\t' -v cases="$CASES" '
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
   }
   function spread(key, m) { return m > 0 ? 100 * (hi[key] - lo[key]) / m : 0 }
-  { k = $1 SUBSEP $2 SUBSEP $3; vals[k] = vals[k] " " $4; vals[k SUBSEP "cpu"] = vals[k SUBSEP "cpu"] " " $5 }
+  function m(s, q, t, f) { return median(s SUBSEP q SUBSEP t (f == "" ? "" : SUBSEP f)) }
+  {
+    k = $1 SUBSEP $2 SUBSEP $3
+    vals[k] = vals[k] " " $4; vals[k SUBSEP "cpu"] = vals[k SUBSEP "cpu"] " " $5
+    vals[k SUBSEP "srv"] = vals[k SUBSEP "srv"] " " $6
+  }
   END {
-    printf "%-6s %3s  %8s %10s %8s %9s %8s  %8s %8s  %s  %s\n", "size", "qd", "gen", "iscsi-perf",
-      "socket", "sock-file", "stream", "gen/perf", "gen/sock", "spread gen/perf/sock %", "CPU s/GB gen/perf/sock"
+    printf "%-4s %3s %7s %7s %7s %7s %7s  %6s %5s %5s  %-17s %-15s %s\n", "size", "qd", "gen",
+      "perf", "socket", "s-file", "stream", "g/perf", "g/sk", "g/sf", "spread g/p/sk/sf%",
+      "client s/GB g/p/sk", "server s/GB g/p/sk/sf"
     n = split(cases, cs, " ")
     for (i = 1; i <= n; i++) {
       split(cs[i], p, ":"); s = p[1]; q = p[2]
-      g = median(s SUBSEP q SUBSEP "gen"); f = median(s SUBSEP q SUBSEP "perf")
-      k = median(s SUBSEP q SUBSEP "sock"); st = median(s SUBSEP q SUBSEP "stream")
-      fk = median(s SUBSEP q SUBSEP "fsock")
-      cg = median(s SUBSEP q SUBSEP "gen" SUBSEP "cpu"); cf = median(s SUBSEP q SUBSEP "perf" SUBSEP "cpu")
-      ck = median(s SUBSEP q SUBSEP "sock" SUBSEP "cpu")
-      printf "%-6s %3s  %8.1f %10.1f %8.1f %9.1f %8.1f  %7.2fx %7.0f%%  %5.0f/%.0f/%.0f  %10.2f/%.2f/%.2f\n", s, q,
-        g, f, k, fk, st, (f > 0 ? g / f : 0), (k > 0 ? 100 * g / k : 0), spread(s SUBSEP q SUBSEP "gen", g),
-        spread(s SUBSEP q SUBSEP "perf", f), spread(s SUBSEP q SUBSEP "sock", k), cg, cf, ck
+      g = m(s, q, "gen"); f = m(s, q, "perf"); k = m(s, q, "sock"); fk = m(s, q, "fsock")
+      st = m(s, q, "stream")
+      sp = sprintf("%.0f/%.0f/%.0f/%.0f", spread(s SUBSEP q SUBSEP "gen", g),
+        spread(s SUBSEP q SUBSEP "perf", f), spread(s SUBSEP q SUBSEP "sock", k),
+        spread(s SUBSEP q SUBSEP "fsock", fk))
+      cl = sprintf("%.2f/%.2f/%.2f", m(s, q, "gen", "cpu"), m(s, q, "perf", "cpu"), m(s, q, "sock", "cpu"))
+      sv = sprintf("%.2f/%.2f/%.2f/%.2f", m(s, q, "gen", "srv"), m(s, q, "perf", "srv"),
+        m(s, q, "sock", "srv"), m(s, q, "fsock", "srv"))
+      printf "%-4s %3s %7.1f %7.1f %7.1f %7.1f %7.1f  %5.2fx %4.0f%% %4.0f%%  %-17s %-15s %s\n", s, q,
+        g, f, k, fk, st, (f > 0 ? g / f : 0), (k > 0 ? 100 * g / k : 0), (fk > 0 ? 100 * g / fk : 0),
+        sp, cl, sv
     }
   }' "$RAW"
