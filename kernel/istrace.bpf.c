@@ -1319,11 +1319,13 @@ int BPF_KPROBE(tgt_cmd_queue, int tid, void *cmd) { return on_tgt_cmd(cmd, EV_TG
 SEC("uprobe")
 int BPF_KPROBE(tgt_bs_submit, void *cmd) { return on_tgt_cmd(cmd, EV_TGT_BS_SUBMIT, 0); }
 
-/* void target_cmd_io_done(struct scsi_cmd *cmd, int result) */
+/* void target_cmd_io_done(struct scsi_cmd *cmd, int result); when the loader put the
+ * probe past the entry (cfg.tgt_io_done_off), cmd has moved to rdx (the third argument
+ * register), result is still in esi */
 SEC("uprobe")
-int BPF_KPROBE(tgt_io_done, void *cmd, int result)
+int BPF_KPROBE(tgt_io_done, void *cmd, int result, void *cmd_moved)
 {
-	return on_tgt_cmd(cmd, EV_TGT_IO_DONE, result);
+	return on_tgt_cmd(cfg.tgt_io_done_off ? cmd_moved : cmd, EV_TGT_IO_DONE, result);
 }
 
 /* int iscsi_scsi_cmd_execute(struct iscsi_task *task) */

@@ -125,6 +125,10 @@ struct istrace_filter {
 	__u64 tcp_sample_ns;
 	/* tasks never traced by syscalls/user probes/block (the capture's own tcpdump...) */
 	char exclude_comm[ISTRACE_MAX_EXCLUDE][ISTRACE_COMM_LEN];
+	/* x86-64: the tgt_io_done uprobe sits this many bytes into target_cmd_io_done, on an
+	 * instruction the kernel emulates (see the loader), with cmd in rdx; 0 = at entry */
+	__u32 tgt_io_done_off;
+	__u32 pad2;
 };
 
 #endif /* ISTRACE_EVENTS_H */

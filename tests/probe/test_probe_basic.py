@@ -238,3 +238,31 @@ def test_tcp_probe_variants_agree_on_srtt(tmp_path: Path) -> None:
     assert len(m) >= 50, (len(a), len(b))
     same = (m["srtt_us_btf"] == m["srtt_us_tp"]).mean()
     assert same >= 0.9, m[["srtt_us_btf", "srtt_us_tp"]].head(10)
+
+
+def test_tgt_io_done_probe_skips_a_single_stepped_entry(tmp_path: Path) -> None:
+    """Debian 12's tgtd: target_cmd_io_done starts with movs, which a uprobe would have
+    to single-step (11 us a hit on the development VM against 0.6 us for an emulated
+    instruction), so the probe goes on the `je` at +0x1c.  A build whose bytes differ
+    keeps the probe at the entry (no line)."""
+    tgtd = Path("/usr/sbin/tgtd")
+    r = run_probe("--out", str(tmp_path / "ev.jsonl"), "--layers", "scsi", "--duration", "0.3",
+                  "--tgtd", str(tgtd))
+    assert r.returncode == 0, r.stderr
+    assert "tgt_io_done at target_cmd_io_done+0x1c" in r.stderr
+    assert "hook tgt_io_done          (scsi) attached with uprobe" in r.stderr
+    # the same binary with one byte of that prologue changed: probe at the entry
+    data = bytearray(tgtd.read_bytes())
+    sym = subprocess.run(["nm", "-D", str(tgtd)], capture_output=True, text=True, check=True)
+    addr = next(int(line.split()[0], 16) for line in sym.stdout.splitlines()
+                if line.endswith(" target_cmd_io_done"))
+    # PIE, first PT_LOAD at 0: in this build the function's file offset is its address
+    assert data[addr:addr + 3] == b"\x48\x89\xfa"
+    data[addr + 26] ^= 0xff  # the cmp's immediate
+    other = tmp_path / "tgtd"
+    other.write_bytes(bytes(data))
+    r = run_probe("--out", str(tmp_path / "ev2.jsonl"), "--layers", "scsi", "--duration", "0.3",
+                  "--tgtd", str(other))
+    assert r.returncode == 0, r.stderr
+    assert "target_cmd_io_done+" not in r.stderr
+    assert "hook tgt_io_done          (scsi) attached with uprobe" in r.stderr

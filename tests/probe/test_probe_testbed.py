@@ -94,6 +94,13 @@ def test_cmd_id_ties_the_layers(read_run) -> None:
     both = ini.index.intersection(tgt.index)
     assert len(both) >= len(want) - 2
     assert (ini.loc[both].groupby(level=0).first() == tgt.loc[both].groupby(level=0).first()).all()
+    # tgtd's completion (probed past the function's entry, cmd read from another register)
+    # carries the same ITT, a latency since target_cmd_queue and a good status
+    done = m[m["event"] == "tgt_io_done"].groupby("cmd_id").first()
+    both = ini.index.intersection(done.index)
+    assert len(both) >= len(want) - 2
+    assert (ini.loc[both].groupby(level=0).first() == done.loc[both, "itt"]).all()
+    assert (done.loc[both, "lat_ns"] > 0).all() and (done.loc[both, "status"] == 0).all()
     # and the LBA the target's tgtd saw is the one the initiator asked for
     lba_i = m[m["event"] == "cmd_issue"].groupby("cmd_id")["lba"].first()
     lba_t = m[m["event"] == "tgt_cmd_queue"].groupby("cmd_id")["lba"].first()
