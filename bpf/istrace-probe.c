@@ -193,8 +193,9 @@ static void usage(FILE *f)
 "  --format jsonl|csv   stream format (default: csv when --out ends in .csv, else\n"
 "                       JSON lines); same columns, CSV loads several times faster\n"
 "  --tcp-sample-ms MS   tcp_probe/rcv_space: one event per socket when cwnd,\n"
-"                       ssthresh, CA state or a window changes, else at most\n"
-"                       every MS (default 10); 0 = an event for every ACK\n"
+"                       ssthresh, CA state or a window changes (windows in\n"
+"                       12.5%% steps), else at most every MS (default 10);\n"
+"                       0 = an event for every ACK\n"
 "  --list-hooks         print the hook table and exit\n"
 "  -v, --verbose        libbpf messages on stderr\n");
 }
@@ -664,7 +665,15 @@ static char *json_str(char *o, const char *s, size_t n)
 	size_t i;
 
 	*o++ = '"';
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n; i++) { /* the usual case: nothing to escape, one copy */
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
+			break;
+	}
+	memcpy(o, s, i);
+	o += i;
+	for (; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 
 		if (c == '"' || c == '\\') {
@@ -723,6 +732,7 @@ static void csv_header(void)
 
 static void rec_write(void)
 {
+	static struct { char text[32]; size_t len; } key[C_N];
 	char *o = line;
 	int c;
 
@@ -740,27 +750,27 @@ static void rec_write(void)
 			}
 		}
 		*o++ = '\n';
-		fwrite(line, 1, (size_t)(o - line), out);
+		fwrite_unlocked(line, 1, (size_t)(o - line), out);
 		return;
 	}
-	*o++ = '{';
+	if (!key[0].len) { /* `{"name":` / `,"name":`, and the same with null, once */
+		for (c = 0; c < C_N; c++) {
+			key[c].len = snprintf(key[c].text, sizeof(key[c].text), "%c\"%s\":",
+					      c ? ',' : '{', col_name[c]);
+			memcpy(key[c].text + key[c].len, "null", 4);
+		}
+	}
 	for (c = 0; c < C_N; c++) {
-		static size_t klen[C_N];
-		size_t k = klen[c] ? klen[c] : (klen[c] = strlen(col_name[c]));
-
-		if (!rec.set[c] && c >= C_NSCHEMA)
-			continue;
-		if (c)
-			*o++ = ',';
-		*o++ = '"';
-		memcpy(o, col_name[c], k);
-		o += k;
-		*o++ = '"';
-		*o++ = ':';
 		if (!rec.set[c]) {
-			memcpy(o, "null", 4);
-			o += 4;
-		} else if (col_text[c]) {
+			if (c < C_NSCHEMA) {
+				memcpy(o, key[c].text, key[c].len + 4);
+				o += key[c].len + 4;
+			}
+			continue;
+		}
+		memcpy(o, key[c].text, key[c].len);
+		o += key[c].len;
+		if (col_text[c]) {
 			o = json_str(o, rec.v[c], rec.len[c]);
 		} else {
 			memcpy(o, rec.v[c], rec.len[c]);
@@ -769,7 +779,7 @@ static void rec_write(void)
 	}
 	*o++ = '}';
 	*o++ = '\n';
-	fwrite(line, 1, (size_t)(o - line), out);
+	fwrite_unlocked(line, 1, (size_t)(o - line), out);
 }
 
 static void fmt_addr(char *buf, size_t n, int family, const __u8 *a, __u16 port)

@@ -121,7 +121,8 @@ struct istrace_filter {
 	__u32 lib_task_xfer;    /* struct scsi_task.expxferlen */
 	__u32 lib_task_itt;     /* struct scsi_task.itt */
 	/* tcp_probe/rcv_space: a socket's event is written when cwnd, ssthresh, CA state
-	 * or a window (16 KiB steps) changed, or this long after its last one; 0 = always */
+	 * or a window changed (8 KiB steps below 64 KiB, then at most 12.5%: wnd_key), or
+	 * this long after its last one; 0 = always */
 	__u64 tcp_sample_ns;
 	/* tasks never traced by syscalls/user probes/block (the capture's own tcpdump...) */
 	char exclude_comm[ISTRACE_MAX_EXCLUDE][ISTRACE_COMM_LEN];
