@@ -12,9 +12,10 @@
 # by default a buffer of 128 KiB or more is a new mmap() (page faults, zeroing, munmap with
 # its TLB shootdown) per command. -O leaves TSO/GSO/GRO on in the testbed (fewer, bigger
 # packets for every tool alike). Every tool of a run talks to the same target either way.
-# Prints one row per case with the median MB/s (10^6 bytes/s) of each tool, the ratios
-# gen/iscsi-perf and gen/socket, and the spread (max-min)/median of each tool's repeats, so the
-# noise of a shared machine is visible. Not a test: it asserts nothing; docs/gen.md has figures.
+# Prints one row per case: the median MB/s (10^6 bytes/s) of each tool, gen/iscsi-perf,
+# gen/socket and gen/sock-file, the spread (max-min)/median of the repeats (the noise of a
+# shared machine), and CPU seconds per GB of the client and of the server (tgtd or the socket
+# server). Not a test: it asserts nothing; docs/gen.md has figures.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,7 +39,7 @@ while getopts "r:t:c:TMOh" opt; do
     T) TUNE=1; GEN_EXTRA=(--mrdsl 16776192) ;;
     M) MALLOC=1 ;;
     O) TESTBED_OPTS=(--offloads) ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    *) sed -n '2,18p' "$0"; exit 2 ;;
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (network namespaces)" >&2; exit 2; }
