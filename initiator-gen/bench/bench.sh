@@ -3,6 +3,7 @@
 # on one testbed (tgtd in a namespace pair), same block size and queue depth, interleaved runs.
 #
 #   sudo initiator-gen/bench/bench.sh [-r REPEATS] [-t SECONDS] [-c "SIZE:QD ..."] [-T] [-M] [-O]
+#                                     [-n TESTBED-NAME (gbnch)] [-l LUN-MiB (256)]
 #
 # -T tunes the target for big commands (tgtd MaxBurstLength and MaxRecvDataSegmentLength
 # 16776192, istrace gen --mrdsl 16776192) so a 4 MiB READ travels as one Data-In PDU;
@@ -31,7 +32,8 @@ GEN_EXTRA=()
 MALLOC=0
 TESTBED_OPTS=()
 TGTD_TUNABLES=glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=268435456
-while getopts "r:t:c:TMOh" opt; do
+LUN_MB=256
+while getopts "r:t:c:TMOn:l:h" opt; do
   case $opt in
     r) REPEATS=$OPTARG ;;
     t) SECS=$OPTARG ;;
@@ -39,7 +41,9 @@ while getopts "r:t:c:TMOh" opt; do
     T) TUNE=1; GEN_EXTRA=(--mrdsl 16776192) ;;
     M) MALLOC=1 ;;
     O) TESTBED_OPTS=(--offloads) ;;
-    *) sed -n '2,18p' "$0"; exit 2 ;;
+    n) NAME=$OPTARG ;;
+    l) LUN_MB=$OPTARG ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (network namespaces)" >&2; exit 2; }
@@ -63,13 +67,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "bench: testbed $NAME up (256 MiB LUN) ..." >&2
+echo "bench: testbed $NAME up ($LUN_MB MiB LUN) ..." >&2
 if [ "$MALLOC" = 1 ]; then
   # tgtd inherits the environment of `testbed up`; checked below, not assumed
-  GLIBC_TUNABLES=$TGTD_TUNABLES "${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb 256 \
+  GLIBC_TUNABLES=$TGTD_TUNABLES "${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb "$LUN_MB" \
     "${TESTBED_OPTS[@]}" >/dev/null
 else
-  "${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb 256 "${TESTBED_OPTS[@]}" >/dev/null
+  "${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb "$LUN_MB" "${TESTBED_OPTS[@]}" >/dev/null
 fi
 TGTD_PID=$(PYTHONPATH="$ROOT/scripts" python3 -c "from istrace_cli import testbed_state as s
 print([p['pid'] for p in s.load('$NAME')['pids'] if p['what'] == 'tgtd'][0])")
