@@ -1026,13 +1026,14 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 	w = *want;
 	tid = (__u32)bpf_get_current_pid_tgid();
 	v.nr = nr;
-	v.fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
+	/* tp_btf: regs is a BTF pointer, the arguments are plain loads; raw_tp: helpers */
+	v.fd = btf ? PT_REGS_PARM1_SYSCALL(regs) : PT_REGS_PARM1_CORE_SYSCALL(regs);
 	if (w & SYS_ARG3_SIZE)
-		v.count = PT_REGS_PARM3_CORE_SYSCALL(regs);
+		v.count = btf ? PT_REGS_PARM3_SYSCALL(regs) : PT_REGS_PARM3_CORE_SYSCALL(regs);
 	else if (w & SYS_ARG2_COUNT)
-		v.count = PT_REGS_PARM2_CORE_SYSCALL(regs);
+		v.count = btf ? PT_REGS_PARM2_SYSCALL(regs) : PT_REGS_PARM2_CORE_SYSCALL(regs);
 	if (w & SYS_ARG4_OFFSET) {
-		v.off = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		v.off = btf ? PT_REGS_PARM4_SYSCALL(regs) : PT_REGS_PARM4_CORE_SYSCALL(regs);
 		v.has_off = 1;
 	}
 	e = ev_new(EV_SYS_ENTER);
