@@ -246,10 +246,10 @@ int conn_send_pdu_more(struct conn *c, const unsigned char bhs[BHS_LEN], const v
 			iov[n++].iov_len = p;
 		}
 		if (c->ddigest) {
-			uint32_t crc = crc32c_update(0, data, len);
+			uint32_t crc = crc32c_update(crc32c_init(), data, len);
 			if (p)
 				crc = crc32c_update(crc, pad, p);
-			put32le(dd, crc);
+			put32le(dd, crc32c_final(crc));
 			iov[n].iov_base = dd;
 			iov[n++].iov_len = 4;
 		}
@@ -284,9 +284,9 @@ int conn_recv_bhs(struct conn *c, struct bhs *h)
 	if (conn_read(c, h->raw, BHS_LEN) < 0)
 		return -1;
 	uint32_t ahs = (uint32_t)h->raw[4] * 4;
-	uint32_t crc = 0;
+	uint32_t crc = crc32c_init();
 	if (c->hdigest)
-		crc = crc32c_update(0, h->raw, BHS_LEN);
+		crc = crc32c_update(crc, h->raw, BHS_LEN);
 	if (ahs) { /* we never ask for AHS; skip it but keep it in the digest */
 		if (conn_read(c, c->scratch, ahs) < 0)
 			return -1;
@@ -297,6 +297,7 @@ int conn_recv_bhs(struct conn *c, struct bhs *h)
 		unsigned char d[4];
 		if (conn_read(c, d, 4) < 0)
 			return -1;
+		crc = crc32c_final(crc);
 		if (get32le(d) != crc) {
 			err_set(&c->err, EXIT_PROTOCOL,
 				"header digest mismatch: got 0x%08x, computed 0x%08x (opcode 0x%02x)",
@@ -333,9 +334,10 @@ int conn_recv_data(struct conn *c, const struct bhs *h, void *dst)
 	if (tl && conn_read(c, tail, tl) < 0)
 		return -1;
 	if (c->ddigest) {
-		uint32_t crc = crc32c_update(0, dst, len);
+		uint32_t crc = crc32c_update(crc32c_init(), dst, len);
 		if (p)
 			crc = crc32c_update(crc, tail, p);
+		crc = crc32c_final(crc);
 		if (get32le(tail + p) != crc) {
 			err_set(&c->err, EXIT_PROTOCOL,
 				"data digest mismatch on %s (ITT 0x%08x): got 0x%08x, computed 0x%08x",

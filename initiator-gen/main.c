@@ -499,7 +499,7 @@ int main(int argc, char **argv)
 {
 	struct gen_opts o;
 	parse_args(argc, argv, &o);
-	crc32c_init(soft_crc);
+	crc32c_force_software(soft_crc); /* also builds the tables before any thread starts */
 	struct sigaction sa = {0};
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);

@@ -29,7 +29,7 @@ static int failures, checks;
 static void test_crc32c_path(int soft)
 {
 	unsigned char buf[64];
-	crc32c_init(soft);
+	crc32c_force_software(soft);
 	/* RFC 3720 B.4 */
 	memset(buf, 0, 32);
 	CHECK(crc32c(buf, 32) == 0x8a9136aa);
@@ -52,7 +52,8 @@ static void test_crc32c_path(int soft)
 	for (int i = 0; i < 1000; i++)
 		big[i] = (unsigned char)(i * 7 + 3);
 	uint32_t whole = crc32c(big + 1, 999);
-	uint32_t part = crc32c_update(crc32c_update(0, big + 1, 13), big + 14, 986);
+	uint32_t part = crc32c_update(crc32c_init(), big + 1, 13);
+	part = crc32c_final(crc32c_update(part, big + 14, 986));
 	CHECK(whole == part);
 	/* wire order is little-endian: RFC 3720 lists the zero vector as aa 36 91 8a */
 	unsigned char d[4];
