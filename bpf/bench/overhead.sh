@@ -5,7 +5,8 @@
 # hits both sides alike (odd rounds run the probed read first); the medians are compared.
 # On a machine shared with other work throughput is noisy, so it also reports the CPU the
 # loaders used (utime+stime), the probes' lost events (must be 0) and how many events each
-# round produced, and after the timed rounds one more probed read with
+# round produced, the data path's CPU per MB (tgtd and istrace-gen, softirq work
+# included: less sensitive to other jobs than MB/s), and after the timed rounds one more probed read with
 # kernel.bpf_stats_enabled gives the CPU of the BPF programs themselves (stats cost two
 # clock reads per program run, so they are off during the timed rounds).
 #
@@ -21,7 +22,7 @@ ROUNDS=${1:-5} SECONDS_PER=${2:-3} SIZE=${3:-1M} DEPTH=${4:-4}
 export ROUNDS SECONDS_PER SIZE DEPTH
 export PYTHONPATH="$ROOT/scripts:$ROOT/bpf:$ROOT/decoder${PYTHONPATH:+:$PYTHONPATH}"
 exec python3 - <<'PY'
-import json, os, statistics, subprocess, sys, tempfile, time
+import json, os, resource, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 from istrace_bpf.probe_cli import Probe
@@ -40,13 +41,31 @@ extra = os.environ.get("ISTRACE_BENCH_PROBE_ARGS", "").split()
 control = os.environ.get("ISTRACE_BENCH_CONTROL") == "1"  # A/A: no probes in "on" rounds
 
 
-def read(tb: Testbed) -> float:
+cpu_per_mb: dict[str, list[float]] = {"off": [], "on": []}
+
+
+def workload_cpu() -> float:
+    """CPU seconds of tgtd (all threads) and of the waited-for istrace-gen runs so far.
+    Tick accounting charges softirq work (both ends' TCP on veth) to the task it
+    interrupts, so this is the data path's CPU, BPF programs and uprobe traps included,
+    and none of the other jobs on the machine."""
+    f = Path(f"/proc/{tgtd}/stat").read_text().rsplit(")", 1)[1].split()
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") + ch.ru_utime + ch.ru_stime
+
+
+def read(tb: Testbed, side: str = "") -> float:
+    c0 = workload_cpu()
     r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size", size,
                     "--time", str(secs), "--queue-depth", str(depth), "--json", "--quiet"],
                    capture_output=True, timeout=secs + 60)
     if r.returncode != 0:
         sys.exit(f"overhead: istrace-gen failed ({r.returncode}): {r.stderr.strip()[-300:]}")
-    return float(json.loads(r.stdout.strip().splitlines()[-1])["mb_s"])
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    if side:
+        mb = float(res["bytes"]) / 1e6
+        cpu_per_mb[side].append(1000.0 * (workload_cpu() - c0) / max(mb, 1e-9))
+    return float(res["mb_s"])
 
 
 PROGS = ("tcp_probe", "cong_state", "retransmit", "sock_state", "rcv_space", "kfree_skb",
@@ -93,15 +112,15 @@ with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
     read(tb)  # warm-up: login path, page cache of the LUN
     for i in range(rounds):
         if i % 2 == 0:
-            results["off"].append(read(tb))
+            results["off"].append(read(tb, "off"))
         pi, pt = probes(tb, str(i))
         with pi, pt:
             c0, t0 = cpu_s((pi, pt)), time.monotonic()
-            results["on"].append(read(tb))
+            results["on"].append(read(tb, "on"))
             wall = time.monotonic() - t0
             loader_cpu.append((cpu_s((pi, pt)) - c0) / wall)
         if i % 2 == 1:
-            results["off"].append(read(tb))
+            results["off"].append(read(tb, "off"))
         n_ev = n_lost = 0
         for f in (pi.out, pt.out):
             end = json.loads(f.read_text().splitlines()[-1])
@@ -136,8 +155,15 @@ r_mean = statistics.fmean(ratios)
 r_se = statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else float("nan")
 loss = 100.0 * (off - on) / off
 rate = statistics.median(events) / secs
+cpu_ratios = [b / a for a, b in zip(cpu_per_mb["off"], cpu_per_mb["on"], strict=True)]
+c_mean = statistics.fmean(cpu_ratios)
+c_se = statistics.stdev(cpu_ratios) / len(cpu_ratios) ** 0.5 if len(cpu_ratios) > 1 else 0.0
 print(f"paired rounds: with/without = {r_mean:.3f} +- {r_se:.3f} (mean +- s.e.), i.e. "
       f"overhead {100 * (1 - r_mean):+.1f}% +- {100 * r_se:.1f}%")
+print(f"data path CPU (tgtd + istrace-gen, softirq included) per MB: "
+      f"{statistics.median(cpu_per_mb['off']):.2f} -> "
+      f"{statistics.median(cpu_per_mb['on']):.2f} ms, "
+      f"paired {100 * (c_mean - 1):+.1f}% +- {100 * c_se:.1f}%")
 print(f"median without probes {off:.1f} MB/s, with all probes {on:.1f} MB/s: "
       f"overhead {loss:+.1f}% of throughput; BPF programs {100 * cpu:.2f}% of one CPU "
       f"(separate read with bpf_stats); loaders {100 * lcpu:.2f}% of one CPU; "
@@ -148,6 +174,9 @@ print(json.dumps({"rounds": rounds, "seconds": secs, "size": size, "depth": dept
                   "events_per_round": events, "lost": sum(lost),
                   "bpf_cpu_share": round(cpu, 5),
                   "loader_cpu_share": [round(c, 5) for c in loader_cpu],
-                  "paired_ratio_mean": round(r_mean, 4), "paired_ratio_se": round(r_se, 4)}))
+                  "paired_ratio_mean": round(r_mean, 4), "paired_ratio_se": round(r_se, 4),
+                  "cpu_ms_per_mb_off": [round(c, 4) for c in cpu_per_mb["off"]],
+                  "cpu_ms_per_mb_on": [round(c, 4) for c in cpu_per_mb["on"]],
+                  "cpu_ratio_mean": round(c_mean, 4), "cpu_ratio_se": round(c_se, 4)}))
 sys.exit(0 if sum(lost) == 0 else 1)
 PY
