@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "decode.h"
+#include "scsi_names.h"
 
 /* Decode a CDB of len bytes; block_size turns block counts into bytes. */
 void cdb_decode(const uint8_t *cdb, size_t len, uint32_t block_size, struct cdb_info *out);
@@ -12,9 +13,6 @@ void cdb_decode(const uint8_t *cdb, size_t len, uint32_t block_size, struct cdb_
 /* Is this CDB opcode one the table knows (used to judge a candidate header)? */
 int scsi_cdb_known(uint8_t opcode);
 
-const char *scsi_status_name(uint8_t status); /* NULL if unknown */
-const char *sense_key_name(uint8_t key);
-const char *asc_name(uint8_t asc, uint8_t ascq); /* NULL if not in the table */
 
 struct sense_info {
 	int valid;

@@ -175,7 +175,8 @@ static int complete(struct worker *w, struct cmd *k, uint8_t status, const unsig
 		if (status == 0x02)
 			response_sense_describe(seg, seglen, sense, sizeof(sense));
 		err_set(&c->err, EXIT_SCSI, "%s: %s (0x%02x)%s%s", cdb_label(k, r, label, sizeof(label)),
-			scsi_status_name(status), status, sense[0] ? ": " : "", sense);
+			scsi_status_name(status) ? scsi_status_name(status) : "unknown status", status,
+			sense[0] ? ": " : "", sense);
 		stats_error(r->st, 0);
 		return -1;
 	}
