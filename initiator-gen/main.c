@@ -440,18 +440,7 @@ static int run_iscsi(struct gen_opts *o)
 	 * count cover exactly the same stretch. */
 	stats_restart_clock(st);
 	pthread_barrier_wait(&r->go);
-	uint64_t next = st->t_start + 1000000000ull;
-	while (atomic_load(&r->finished) < (int)o->sessions) {
-		usleep(10000);
-		uint64_t t = now_ns();
-		if (o->time_s > 0 && (double)(t - st->t_start) / 1e9 >= o->time_s)
-			atomic_store(&g_stop, 1);
-		if (t >= next) {
-			if (!o->quiet)
-				stats_progress(st);
-			next += 1000000000ull;
-		}
-	}
+	stats_watch(st, &r->finished, (int)o->sessions, o->time_s, o->quiet, &g_stop);
 	int code = 0;
 	const char *msg = NULL;
 	for (unsigned i = 0; i < o->sessions; i++) {

@@ -244,18 +244,7 @@ int sock_client(const struct gen_opts *o)
 	}
 	pthread_barrier_wait(&start);
 	st->t_start = st->t_last = now_ns();
-	uint64_t next = st->t_start + 1000000000ull;
-	while (atomic_load(&finished) < (int)o->sessions) {
-		usleep(20000);
-		uint64_t t = now_ns();
-		if (o->time_s > 0 && (double)(t - st->t_start) / 1e9 >= o->time_s)
-			atomic_store(&g_stop, 1);
-		if (t >= next) {
-			if (!o->quiet)
-				stats_progress(st);
-			next += 1000000000ull;
-		}
-	}
+	stats_watch(st, &finished, (int)o->sessions, o->time_s, o->quiet, &g_stop);
 	int code = 0;
 	const char *msg = NULL;
 	for (unsigned i = 0; i < o->sessions; i++) {

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "gen.h"
@@ -185,4 +186,21 @@ void stats_summary(struct stats *s, int json, const char *mode, int exit_code,
 		fflush(stdout);
 	}
 	pthread_mutex_unlock(&s->mu);
+}
+
+void stats_watch(struct stats *s, atomic_int *finished, int workers, double time_s, int quiet,
+		 atomic_int *stop)
+{
+	uint64_t next = s->t_start + 1000000000ull;
+	while (atomic_load(finished) < workers) {
+		usleep(10000);
+		uint64_t t = now_ns();
+		if (time_s > 0 && (double)(t - s->t_start) / 1e9 >= time_s)
+			atomic_store(stop, 1);
+		if (t >= next) {
+			if (!quiet)
+				stats_progress(s);
+			next += 1000000000ull;
+		}
+	}
 }

@@ -3,6 +3,7 @@
 #ifndef ISTRACE_STATS_H
 #define ISTRACE_STATS_H
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define HIST_SUB_BITS 6
@@ -40,6 +41,11 @@ void stats_issue(struct stats *s);
 void stats_error(struct stats *s, int verify);
 /* One progress line to stderr covering the time since the previous one. */
 void stats_progress(struct stats *s);
+/* The main thread while the workers run: a progress line each second (unless quiet), the
+ * end of a --time run (sets *stop), back once `workers` have counted themselves into
+ * *finished. Shared by the iSCSI and the socket modes so both report alike. */
+void stats_watch(struct stats *s, atomic_int *finished, int workers, double time_s, int quiet,
+		 atomic_int *stop);
 /* Summary, human (stderr) and optionally JSON (stdout, one object). extra_json: more
  * "key": value members (already formatted, may be empty). */
 void stats_summary(struct stats *s, int json, const char *mode, int exit_code,
