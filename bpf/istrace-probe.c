@@ -1291,14 +1291,17 @@ static int open_and_load(void)
 		fprintf(stderr, "istrace-probe: cannot open the BPF object: %s\n", strerror(errno));
 		return -2;
 	}
-	skel->rodata->cfg = filt;
 	{
 		__u32 size = 1u << 20; /* ring buffers are a power of two pages */
 
 		while (size < ((__u32)opt.ringbuf_mb << 20))
 			size <<= 1;
 		bpf_map__set_max_entries(skel->maps.events, size);
+		/* a wake-up per 256 KiB written: more often costs irq_works, much less often
+		 * lets a burst fill the ring before the reader runs */
+		filt.wakeup_bytes = 256u << 10;
 	}
+	skel->rodata->cfg = filt;
 	if (!have_local_storage()) { /* the variants using them are off (choose_variants) */
 		bpf_map__set_autocreate(skel->maps.sock_last_sk, false);
 		bpf_map__set_autocreate(skel->maps.sys_start_task, false);

@@ -129,7 +129,8 @@ struct istrace_filter {
 	/* x86-64: the tgt_io_done uprobe sits this many bytes into target_cmd_io_done, on an
 	 * instruction the kernel emulates (see the loader), with cmd in rdx; 0 = at entry */
 	__u32 tgt_io_done_off;
-	__u32 pad2;
+	/* force a reader wake-up each time this many bytes have been written; 0 = 256 KiB */
+	__u32 wakeup_bytes;
 };
 
 #endif /* ISTRACE_EVENTS_H */
