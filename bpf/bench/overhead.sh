@@ -15,7 +15,9 @@
 # Env: ISTRACE_BENCH_NAME (testbed name, default obnch), ISTRACE_BENCH_OUT (keep files),
 #      ISTRACE_BENCH_PROBE_ARGS (extra istrace-probe options for both ends, e.g.
 #      "--layers tcp" to cost one layer alone), ISTRACE_BENCH_CONTROL=1 (A/A run: no probes
-#      in the "with" rounds, to see the noise of the machine).
+#      in the "with" rounds, to see the noise of the machine), ISTRACE_BENCH_OFFLOADS=1
+#      (testbed with TSO/GSO/GRO on, as a real NIC has them: per-packet hooks then fire
+#      per GRO/GSO super-packet instead of per wire segment).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${1:-5} SECONDS_PER=${2:-3} SIZE=${3:-1M} DEPTH=${4:-4}
@@ -106,7 +108,10 @@ def probes(tb: Testbed, tag: str) -> tuple[Probe, Probe]:
 results: dict[str, list[float]] = {"off": [], "on": []}
 events, lost, loader_cpu = [], [], []
 bpf_cpu = 0.0
-with Testbed(TestbedConfig(name=name, lun_mb=256)) as tb:
+offloads = os.environ.get("ISTRACE_BENCH_OFFLOADS") == "1"
+print(f"testbed offloads (TSO/GSO/GRO): {'on' if offloads else 'off (wire-sized segments)'}",
+      flush=True)
+with Testbed(TestbedConfig(name=name, lun_mb=256, offloads=offloads)) as tb:
     state = testbed_state.load(name) or tb.state
     tgtd = next(p["pid"] for p in state["pids"] if p["what"] == "tgtd")
     read(tb)  # warm-up: login path, page cache of the LUN
