@@ -3,8 +3,9 @@
 The merger reads every segment of both captures.  The decoder's general reader
 (istrace_decoder.pcap_tcp) handles every format but parses each packet in Python; this one
 walks only the record headers in Python and pulls the IPv4/TCP header fields for all packets
-at once with numpy.  Captures it does not cover (pcapng, VLAN tags, IPv6, IP options of odd
-shapes are fine) go to the general reader.
+at once with numpy.  Captures it does not cover (pcapng, VLAN tags, IPv6 that may carry TCP)
+go to the general reader; IP options are fine, and IPv6 that is only ICMPv6 (the router
+solicitations of a capture without a port filter) is skipped.
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def _ip_text(v: np.ndarray) -> np.ndarray:
     return text[inv]
 
 
+def _carries_more_than_icmpv6(buf: np.ndarray, ip6: np.ndarray) -> bool:
+    """Any of these IPv6 packets could hold TCP (next header other than ICMPv6)?  A capture
+    without a port filter has the hosts' router solicitations in it; those alone must not
+    send a whole IPv4 capture to the slow reader."""
+    return bool(len(ip6)) and bool(np.any(buf[ip6 + 6] != 58))
+
+
 def read_segments_fast(path: str | Path) -> pd.DataFrame | None:
     """Segments table (COLUMNS), or None when the capture needs the general reader."""
     path = Path(path)
@@ -84,15 +92,18 @@ def read_segments_fast(path: str | Path) -> pd.DataFrame | None:
     if link in _ETYPE_AT:
         et = np.zeros(len(offs), dtype=np.int64)
         et[big] = _be(buf, offs[big] + _ETYPE_AT[link], 2)
-        if np.any(big & np.isin(et, (0x8100, 0x88A8, 0x86DD))):
-            return None  # VLAN or IPv6 present: the general reader handles those
+        if np.any(big & np.isin(et, (0x8100, 0x88A8))):
+            return None  # VLAN tags: the general reader handles those
+        v6 = big & (et == 0x86DD)
+        if _carries_more_than_icmpv6(buf, offs[v6] + l2):
+            return None
         keep = big & (et == 0x0800)
     else:
         keep = big
     o = offs[keep] + l2
     t = ts[keep]
     vihl = buf[o].astype(np.int64)
-    if np.any((vihl >> 4) == 6):
+    if _carries_more_than_icmpv6(buf, o[(vihl >> 4) == 6]):
         return None
     ihl = (vihl & 15) * 4
     proto = buf[o + 9]
