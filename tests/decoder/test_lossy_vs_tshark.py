@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 import pytest
-from dechelp import NATIVE_BIN, decode
 from istrace_cli.paths import binary
 from istrace_cli.testbed import Testbed, TestbedConfig
-from test_vs_tshark import COMPARED, _explain, _start_tcpdump, _stop_tcpdump
-from tshark_pdus import TPdu, parse_pdml, run_tshark_pdml
+from test_vs_tshark import COMPARED, _explain, capture_workloads
+from tshark_pdus import TPdu
 
 READS, READ_SIZE, WRITES, WRITE_SIZE = 10, 1 << 20, 6, 512 << 10
 
@@ -35,10 +34,7 @@ class Lossy:
 
 @pytest.fixture(scope="module")
 def lossy(tmp_path_factory: pytest.TempPathFactory) -> Lossy:
-    tmp = tmp_path_factory.mktemp("lossy")
-    pcap = tmp / "initiator.pcap"
-    rc: dict[str, int] = {}
-    out: dict[str, str] = {}
+    pcap = tmp_path_factory.mktemp("lossy") / "initiator.pcap"
     with Testbed(TestbedConfig(name="d2lo", lun_mb=8, loss=0.01, delay_ms=1.0)) as tb:
         gen = [str(binary("istrace-gen")), "--portal", tb.portal, "--target", tb.iqn,
                "--quiet", "--timeout", "20"]
@@ -50,17 +46,8 @@ def lossy(tmp_path_factory: pytest.TempPathFactory) -> Lossy:
                          "65536"],
             "gen-write": [*gen, "--write", "--size", str(WRITE_SIZE), "--count", str(WRITES)],
         }
-        cap = _start_tcpdump(tb, pcap)
-        try:
-            for name, cmd in work.items():
-                r = tb.run_ini(cmd, capture_output=True, timeout=90)
-                rc[name], out[name] = r.returncode, (r.stdout or "") + (r.stderr or "")
-        finally:
-            drops, unwritten = _stop_tcpdump(cap, pcap)
-    res = decode(NATIVE_BIN, pcap, outdir=tmp / "istrace")
-    assert res.rc == 0, res.stderr
-    tsh = parse_pdml(run_tshark_pdml(pcap, tmp / "tshark.pdml"))
-    return Lossy(drops, unwritten, rc, out, res.pdus, res.commands, tsh)
+        c = capture_workloads(tb, pcap, list(work.items()), timeout=90)
+    return Lossy(c.drops, c.unwritten, c.rc, c.out, c.res.pdus, c.res.commands, c.tsh)
 
 
 def test_lossy_capture_is_complete_and_lossy(lossy: Lossy) -> None:

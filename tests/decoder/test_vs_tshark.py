@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dechelp import NATIVE_BIN, decode
+from dechelp import NATIVE_BIN, Decoded, decode
 from istrace_cli.paths import binary
 from istrace_cli.testbed import Testbed, TestbedConfig
 from tshark_pdus import ISCSI_FIELDS, SENSE, TPdu, chain_seqs, parse_pdml, run_tshark_pdml
@@ -121,25 +121,42 @@ def _stop_tcpdump(cap: subprocess.Popen[str], path: Path) -> tuple[int, int]:
     return int(dropped.group(1)), int(received.group(1)) - int(captured.group(1))
 
 
+@dataclass
+class Captured:
+    """One capture of workloads on the initiator side, decoded by istrace and by tshark."""
+    drops: int
+    unwritten: int
+    rc: dict[str, int]
+    out: dict[str, str]
+    res: Decoded
+    tsh: list[TPdu]
+
+
+def capture_workloads(tb: Testbed, pcap: Path, work: list[tuple[str, list[str]]],
+                      timeout: float) -> Captured:
+    """Run each workload under tcpdump, then decode the pcap with istrace and with tshark."""
+    rc: dict[str, int] = {}
+    out: dict[str, str] = {}
+    cap = _start_tcpdump(tb, pcap)
+    try:
+        for name, cmd in work:
+            r = tb.run_ini(cmd, capture_output=True, timeout=timeout)
+            rc[name], out[name] = r.returncode, (r.stdout or "") + (r.stderr or "")
+    finally:
+        drops, unwritten = _stop_tcpdump(cap, pcap)
+    res = decode(NATIVE_BIN, pcap, outdir=pcap.parent / "istrace")
+    assert res.rc == 0, res.stderr
+    tsh = parse_pdml(run_tshark_pdml(pcap, pcap.parent / "tshark.pdml"))
+    return Captured(drops, unwritten, rc, out, res, tsh)
+
+
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Real:
-    tmp = tmp_path_factory.mktemp("vs-tshark")
-    pcap = tmp / "initiator.pcap"
-    rc: dict[str, int] = {}
-    outs: dict[str, str] = {}
+    pcap = tmp_path_factory.mktemp("vs-tshark") / "initiator.pcap"
     with Testbed(TestbedConfig(name="d2ts", lun_mb=8)) as tb:
-        cap = _start_tcpdump(tb, pcap)
-        try:
-            for name, cmd in _workloads(tb):
-                r = tb.run_ini(cmd, capture_output=True, timeout=120)
-                rc[name], outs[name] = r.returncode, (r.stdout or "") + (r.stderr or "")
-        finally:
-            drops, unwritten = _stop_tcpdump(cap, pcap)
-    res = decode(NATIVE_BIN, pcap, outdir=tmp / "istrace")
-    assert res.rc == 0, res.stderr
-    tsh = parse_pdml(run_tshark_pdml(pcap, tmp / "tshark.pdml"))
-    problems = chain_seqs(tsh)
-    return Real(pcap, drops, unwritten, rc, outs, res.pdus, res.stderr, tsh, problems)
+        c = capture_workloads(tb, pcap, _workloads(tb), timeout=120)
+    return Real(pcap, c.drops, c.unwritten, c.rc, c.out, c.res.pdus, c.res.stderr, c.tsh,
+                chain_seqs(c.tsh))
 
 
 def test_capture_is_complete(real: Real) -> None:
