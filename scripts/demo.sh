@@ -13,7 +13,7 @@ if command -v istrace >/dev/null 2>&1; then
   ISTRACE=(istrace)
 else
   export PYTHONPATH="$ROOT/scripts:$ROOT/decoder:$ROOT/viz:$ROOT/bpf${PYTHONPATH:+:$PYTHONPATH}"
-  ISTRACE=(python3 -m istrace_cli.main)
+  ISTRACE=(python3 -m istrace.cli.main)
 fi
 step() { printf '\n== demo: %s\n' "$*"; }
 

@@ -45,7 +45,7 @@ if ((${#pip_missing[@]})); then
   echo "deps: installing pip packages: ${pip_missing[*]}"
   "$PY" -m pip install -q "${PIP_FLAGS[@]}" "${pip_missing[@]}"
 fi
-# Opt-in, `deps.sh --vm` (istrace_cli.vmtestbed runs it on first use): the full-kernel VM
+# Opt-in, `deps.sh --vm` (istrace.testbed.vm runs it on first use): the full-kernel VM
 # testbed's QEMU, stock kernel, LIO library, open-iscsi and virtme-ng. Heavy, so never by default.
 VM_APT_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static open-iscsi python3-rtslib-fb fio kmod)
 if [ "${1:-}" = "--vm" ]; then

@@ -22,15 +22,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${1:-5} SECONDS_PER=${2:-3} SIZE=${3:-1M} DEPTH=${4:-4}
 export ROUNDS SECONDS_PER SIZE DEPTH
-export PYTHONPATH="$ROOT/scripts:$ROOT/bpf:$ROOT/decoder${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT/scripts:$ROOT/bpf:$ROOT/decoder:$ROOT/viz${PYTHONPATH:+:$PYTHONPATH}"
 exec python3 - <<'PY'
 import json, os, resource, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
-from istrace_bpf.probe_cli import Probe
-from istrace_cli import testbed_state
-from istrace_cli.paths import binary
-from istrace_cli.testbed import Testbed, TestbedConfig
+from istrace.probe.loader import Probe
+from istrace.testbed import state as testbed_state
+from istrace.system.paths import binary
+from istrace.testbed.namespaces import Testbed, TestbedConfig
 
 rounds, secs = int(os.environ["ROUNDS"]), float(os.environ["SECONDS_PER"])
 size, depth = os.environ["SIZE"], int(os.environ["DEPTH"])

@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 for sub in ("scripts", "bpf", "decoder"):
     sys.path.insert(0, str(ROOT / sub))
 
-from istrace_bpf.probe_cli import Probe  # noqa: E402
-from istrace_cli import testbed_state  # noqa: E402
-from istrace_cli.paths import binary  # noqa: E402
-from istrace_cli.testbed import Testbed, TestbedConfig  # noqa: E402
+from istrace.probe.loader import Probe  # noqa: E402
+from istrace.system.paths import binary  # noqa: E402
+from istrace.testbed import state as testbed_state  # noqa: E402
+from istrace.testbed.namespaces import Testbed, TestbedConfig  # noqa: E402
 
 
 def prog_stats() -> dict[int, tuple[str, int, int]]:

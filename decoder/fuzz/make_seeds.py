@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parents[1] / "tests" / "decoder")]
 
 import decoder_cases as dc  # noqa: E402
-from istrace_decoder import pcapwriter as pw  # noqa: E402
+from istrace.synth import pcapwriter as pw  # noqa: E402
 
 
 def small(digests: bool = False) -> dc.Conversation:

@@ -50,7 +50,7 @@ done
 [ -x "$GEN" ] || make -C "$ROOT/initiator-gen" >/dev/null
 command -v iscsi-perf >/dev/null || { echo "bench: iscsi-perf (libiscsi-bin) missing" >&2; exit 2; }
 
-ISTRACE=(env PYTHONPATH="$ROOT/scripts" python3 -m istrace_cli.main)
+ISTRACE=(env PYTHONPATH="$ROOT/scripts:$ROOT/decoder:$ROOT/viz:$ROOT/bpf" python3 -m istrace.cli.main)
 INI=(ip netns exec "ist-$NAME-i")
 TGT=(ip netns exec "ist-$NAME-t")
 TGT_IP=10.77.0.2
@@ -75,7 +75,7 @@ if [ "$MALLOC" = 1 ]; then
 else
   "${ISTRACE[@]}" testbed up --name "$NAME" --lun-mb "$LUN_MB" "${TESTBED_OPTS[@]}" >/dev/null
 fi
-TGTD_PID=$(PYTHONPATH="$ROOT/scripts" python3 -c "from istrace_cli import testbed_state as s
+TGTD_PID=$(PYTHONPATH="$ROOT/scripts:$ROOT/decoder:$ROOT/viz:$ROOT/bpf" python3 -c "from istrace.testbed import state as s
 print([p['pid'] for p in s.load('$NAME')['pids'] if p['what'] == 'tgtd'][0])")
 if [ "$MALLOC" = 1 ]; then
   # (glibc cuts the variable at its ':' once parsed: look for the first tunable)
@@ -88,8 +88,8 @@ SRV_PID=$!
   2>/dev/null &
 FSRV_PID=$!
 if [ "$TUNE" = 1 ]; then
-  port=$(PYTHONPATH="$ROOT/scripts" python3 -c \
-    "from istrace_cli import testbed_state as s; print(s.load('$NAME')['control_port'])")
+  port=$(PYTHONPATH="$ROOT/scripts:$ROOT/decoder:$ROOT/viz:$ROOT/bpf" python3 -c \
+    "from istrace.testbed import state as s; print(s.load('$NAME')['control_port'])")
   for key in MaxBurstLength MaxRecvDataSegmentLength; do
     tgtadm -C "$port" --lld iscsi --op update --mode target --tid 1 --name "$key" \
       --value 16776192

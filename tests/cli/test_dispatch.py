@@ -4,7 +4,7 @@ import shutil
 import subprocess
 import sys
 
-from istrace_cli import main as cli
+from istrace.cli import main as cli
 
 
 def test_help_lists_every_subcommand(capsys):
@@ -37,6 +37,6 @@ def test_installed_console_script_runs():
     proc = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and "subcommands:" in proc.stdout
     # the module form works too, for machines without the console script
-    proc = subprocess.run([sys.executable, "-m", "istrace_cli.main", "nope"],
+    proc = subprocess.run([sys.executable, "-m", "istrace.cli.main", "nope"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2

@@ -11,7 +11,7 @@ import random
 import struct
 from dataclasses import dataclass, field
 
-from istrace_decoder import pcapwriter as pw
+from istrace.synth import pcapwriter as pw
 
 BLOCK = 4096  # the READ CAPACITY reply says 4096-byte blocks: the decoder must learn it
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import decoder_cases as dc
 import pytest
 from dechelp import Decoded, decode, decode_json, mismatches, norm, notes, row_at, run_decoder
-from istrace_decoder import pcapwriter as pw
+from istrace.synth import pcapwriter as pw
 
 T0 = 1_700_000_000_000_000_000
 STEP = 10_000

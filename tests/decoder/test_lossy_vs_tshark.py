@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 import pytest
-from istrace_cli.paths import binary
-from istrace_cli.testbed import Testbed, TestbedConfig
+from istrace.system.paths import binary
+from istrace.testbed.namespaces import Testbed, TestbedConfig
 from test_vs_tshark import COMPARED, _explain, capture_workloads
 from tshark_pdus import TPdu
 

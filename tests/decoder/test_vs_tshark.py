@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from dechelp import NATIVE_BIN, Decoded, decode
-from istrace_cli.paths import binary
-from istrace_cli.testbed import Testbed, TestbedConfig
+from istrace.system.paths import binary
+from istrace.testbed.namespaces import Testbed, TestbedConfig
 from tshark_pdus import ISCSI_FIELDS, SENSE, TPdu, chain_seqs, parse_pdml, run_tshark_pdml
 
 # Small tests only: whole READ/WRITE/VERIFY suites move 40-250 MB each.

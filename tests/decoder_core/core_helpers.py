@@ -1,11 +1,11 @@
-"""Small captures for the decoder core tests, built with istrace_decoder.pcapwriter."""
+"""Small captures for the decoder core tests, built with istrace.synth.pcapwriter."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from istrace_decoder import pcapwriter as pw
+from istrace.synth import pcapwriter as pw
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "decoder" / "istrace-decode"

@@ -13,14 +13,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from core_helpers import BIN, connection_columns, schema_columns, session_image, write_session
-from istrace_decoder import pcapwriter as pw
-from istrace_decoder.tables import (
+from istrace.capture.decoded import (
     DecodeError,
     decode_to_dir,
     load_commands,
     load_connections,
     load_pdus,
 )
+from istrace.synth import pcapwriter as pw
 
 
 def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 from core_helpers import BIN
-from istrace_cli.testbed import Testbed, TestbedConfig
-from istrace_decoder.tables import decode_to_dir
+from istrace.capture.decoded import decode_to_dir
+from istrace.testbed.namespaces import Testbed, TestbedConfig
 
 
 def _read_until(proc: subprocess.Popen[bytes], needle: bytes, timeout: float) -> bytes:

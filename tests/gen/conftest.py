@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from istrace_cli import paths
-from istrace_cli import testbed as testbed_mod
-from istrace_cli.testbed import Testbed as Bed
+from istrace.system import paths
+from istrace.testbed import namespaces as testbed_mod
+from istrace.testbed.namespaces import Testbed as Bed
 
 
 @pytest.fixture(scope="module")

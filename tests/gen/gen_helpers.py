@@ -9,8 +9,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from istrace_cli import paths
-from istrace_cli.testbed import Testbed as Bed
+from istrace.system import paths
+from istrace.testbed.namespaces import Testbed as Bed
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from istrace_cli import paths
+from istrace.system import paths
 
 BENCH = Path(__file__).resolve().parents[2] / "initiator-gen" / "bench" / "bench.sh"
 COLUMNS = ["size", "qd", "gen", "perf", "socket", "s-file", "stream", "g/perf", "g/sk", "g/sf"]

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 from gen_helpers import gen_binary, run_gen, tgtd_pid
-from istrace_cli.testbed import Testbed as Bed
-from istrace_cli.testbed import TestbedConfig as BedConfig
+from istrace.testbed.namespaces import Testbed as Bed
+from istrace.testbed.namespaces import TestbedConfig as BedConfig
 
 SECRET = "gen-chap-secret-1"
 TSECRET = "gen-target-secret-2"
@@ -85,7 +85,7 @@ def test_usage_errors(tb: Bed, args: list[str]) -> None:
 
 
 def test_cli_wrapper_help() -> None:
-    r = subprocess.run(["python3", "-m", "istrace_cli.main", "gen", "--help"],
+    r = subprocess.run(["python3", "-m", "istrace.cli.main", "gen", "--help"],
                        capture_output=True, text=True, timeout=30,
                        env={**os.environ, "PYTHONPATH": "scripts"}, check=False)
     assert r.returncode == 0 and "--queue-depth" in r.stdout

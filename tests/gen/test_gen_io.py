@@ -10,8 +10,8 @@ import time
 
 import pytest
 from gen_helpers import GenResult, gen_binary, run_gen, tgtadm
-from istrace_cli import pattern
-from istrace_cli.testbed import Testbed as Bed
+from istrace.testbed import pattern
+from istrace.testbed.namespaces import Testbed as Bed
 
 LUN = 64 << 20
 

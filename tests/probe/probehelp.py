@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from istrace_bpf.probe_cli import Probe
-from istrace_cli import testbed_state
-from istrace_cli.paths import REPO_ROOT, binary
-from istrace_cli.testbed import Testbed
+from istrace.probe.loader import Probe
+from istrace.system.paths import REPO_ROOT, binary
+from istrace.testbed import state as testbed_state
+from istrace.testbed.namespaces import Testbed
 
 PROBE = REPO_ROOT / "bpf" / "istrace-probe"
 DROP_OBJ = REPO_ROOT / "kernel" / "istrace_drop.bpf.o"

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from istrace_bpf.merge import estimate_offset, load_events, merge_dir
-from istrace_bpf.probe_cli import Probe, read_meta
+from istrace.merge.merger import estimate_offset, load_events, merge_dir
+from istrace.probe.loader import Probe, read_meta
 from probehelp import PROBE
 
 

@@ -8,8 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from istrace_cli.paths import REPO_ROOT, binary
-from istrace_cli.testbed import Testbed, TestbedConfig
+from istrace.system.paths import REPO_ROOT, binary
+from istrace.testbed.namespaces import Testbed, TestbedConfig
 
 BT = REPO_ROOT / "bpf"
 

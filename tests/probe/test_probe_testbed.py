@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from istrace_bpf.merge import merge_dir
-from istrace_cli import testbed_path
-from istrace_cli.testbed import Testbed, TestbedConfig
+from istrace.merge.merger import merge_dir
+from istrace.testbed import path as testbed_path
+from istrace.testbed.namespaces import Testbed, TestbedConfig
 from probehelp import ss_samples, traced_read
 
 

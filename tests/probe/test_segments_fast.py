@@ -7,8 +7,8 @@ import struct
 from pathlib import Path
 
 import pandas as pd
-from istrace_bpf import segments
-from istrace_decoder.pcap_tcp import read_segments
+from istrace.merge import segments
+from istrace.track.pcap_tcp import read_segments
 
 MAC = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02"
 

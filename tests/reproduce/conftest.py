@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from istrace_cli import reproduce
+from istrace.cli import reproduce
 
 
 @pytest.fixture(scope="module")

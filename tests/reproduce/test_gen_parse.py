@@ -1,7 +1,7 @@
 """Reading istrace-gen's --json summary (the format initiator-gen/stats.c prints)."""
 
 import pytest
-from istrace_cli.repro_run import ReproError, parse_gen_json
+from istrace.reproduce.run import ReproError, parse_gen_json
 
 SAMPLE = ('{"mode": "iscsi", "bytes": 1048576, "seconds": 2.000000, "mb_s": 0.524, '
           '"iops": 1000.0, "commands": 2000, "errors": 0, "verify_errors": 0, '

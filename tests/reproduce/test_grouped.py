@@ -2,8 +2,8 @@
 
 from contextlib import contextmanager
 
-from istrace_cli import repro_run
-from istrace_cli.repro_sweep import Progress, SweepCSV
+from istrace.reproduce import run as repro_run
+from istrace.reproduce.sweep import Progress, SweepCSV
 
 COLS = ["delay_ms", "series", "mbps", "status", "error"]
 

@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from istrace_cli import repro_model as m
+from istrace.reproduce import model as m
 
 KB32 = 32 * 1024
 

@@ -2,8 +2,12 @@
 
 import csv
 
-from istrace_cli import repro_delay, repro_parallel, repro_sessions, repro_window, reproduce
-from istrace_cli import repro_model as m
+from istrace.cli import reproduce
+from istrace.reproduce import delay as repro_delay
+from istrace.reproduce import model as m
+from istrace.reproduce import parallel as repro_parallel
+from istrace.reproduce import sessions as repro_sessions
+from istrace.reproduce import window as repro_window
 
 
 def _write(path, columns, rows):

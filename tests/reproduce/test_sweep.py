@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from istrace_cli.repro_sweep import Progress, SweepCSV, golden_section_max, run_points
+from istrace.reproduce.sweep import Progress, SweepCSV, golden_section_max, run_points
 
 COLS = ["delay_ms", "size", "mbps", "status", "error"]
 KEY = ["delay_ms", "size"]
@@ -103,7 +103,7 @@ def test_golden_section_respects_budget():
 
 
 def test_geometric_grid_and_grid_search():
-    from istrace_cli.repro_sweep import geometric_grid, golden_section_grid
+    from istrace.reproduce.sweep import geometric_grid, golden_section_grid
     assert geometric_grid(1, 32) == [1, 2, 3, 4, 6, 8, 11, 16, 23, 32]
     assert geometric_grid(5, 5) == [5]
     # Sessions-like curve: rises to a peak at 4, then falls as the path overloads.

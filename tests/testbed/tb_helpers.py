@@ -11,7 +11,7 @@ def istrace_argv(*args):
     """argv and env that run `istrace ARGS` from this tree, without an install."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         os.path.join(REPO, p) for p in ("scripts", "decoder", "viz", "bpf")))
-    return [sys.executable, "-m", "istrace_cli.main", *args], env
+    return [sys.executable, "-m", "istrace.cli.main", *args], env
 
 
 def leftovers(name):

@@ -2,8 +2,8 @@
 
 import os
 
-from istrace_cli import pattern
-from istrace_cli.testbed import Testbed, TestbedConfig
+from istrace.testbed import pattern
+from istrace.testbed.namespaces import Testbed, TestbedConfig
 from tb_helpers import leftovers
 
 

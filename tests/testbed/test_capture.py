@@ -96,7 +96,7 @@ def test_real_hosts_code_path_over_an_ssh_shim(istrace, tmp_path):
 
     The shim stands in for `ssh HOST CMD` by running CMD in the namespace named HOST, which
     exercises everything the real-host path does except the network login itself."""
-    from istrace_cli.testbed import Testbed, TestbedConfig
+    from istrace.testbed.namespaces import Testbed, TestbedConfig
 
     shim = tmp_path / "fake-ssh"
     shim.write_text('#!/bin/sh\nhost="$1"; shift\nexec ip netns exec "$host" sh -c "$*"\n')

@@ -3,8 +3,8 @@
 import argparse
 
 import pytest
-from istrace_cli import testbed_path
-from istrace_cli.testbed import (
+from istrace.testbed import path as testbed_path
+from istrace.testbed.namespaces import (
     Testbed,
     TestbedConfig,
     parse_delay,

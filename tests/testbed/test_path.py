@@ -11,8 +11,8 @@ import statistics
 import time
 
 import pytest
-from istrace_cli.testbed import Testbed, TestbedConfig
-from istrace_cli.testbed_path import rt_prefix
+from istrace.testbed.namespaces import Testbed, TestbedConfig
+from istrace.testbed.path import rt_prefix
 from tb_helpers import leftovers
 
 

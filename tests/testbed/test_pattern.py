@@ -1,6 +1,6 @@
 import struct
 
-from istrace_cli import pattern
+from istrace.testbed import pattern
 
 
 def test_expected_words_hold_their_index():

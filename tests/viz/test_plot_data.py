@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import synth
-from istrace_viz import data, plot_cli
-from istrace_viz.capture import load_capture
+from istrace.capture.load import load_capture
+from istrace.plot import data, plot_cli
 
 
 @pytest.fixture(scope="module")

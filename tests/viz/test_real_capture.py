@@ -9,10 +9,12 @@ import time
 
 import numpy as np
 import pytest
-from istrace_cli import testbed
-from istrace_cli.paths import binary
-from istrace_viz import data, pdu_fallback, plot_cli, report
-from istrace_viz.capture import load_capture
+from istrace.capture import pdu_fallback
+from istrace.capture.load import load_capture
+from istrace.plot import data, plot_cli
+from istrace.report import report
+from istrace.system.paths import binary
+from istrace.testbed import namespaces as testbed
 
 N_CMDS, SIZE = 6, 1 << 20
 # Big buffer (the default drops), and every packet handed over at once: without immediate mode
@@ -223,7 +225,7 @@ def test_real_queue_depth_ceiling(tmp_path):
 
 
 def test_pcapng_reads_the_same(real, tmp_path):
-    from istrace_decoder.pcap_tcp import read_segments
+    from istrace.track.pcap_tcp import read_segments
     out, _ = real
     ng = tmp_path / "initiator.pcapng"
     subprocess.run(["editcap", "-F", "pcapng", str(out / "initiator.pcap"), str(ng)],

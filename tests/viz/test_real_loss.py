@@ -7,14 +7,14 @@ import os
 import subprocess
 import sys
 
-from istrace_viz import report
-from istrace_viz.capture import load_capture
+from istrace.capture.load import load_capture
+from istrace.report import report
 
 
 def test_bottleneck_drops_vs_tracker(tmp_path):
     out = tmp_path / "cap"
     r = subprocess.run(
-        [sys.executable, "-m", "istrace_cli.main", "capture", "--name",
+        [sys.executable, "-m", "istrace.cli.main", "capture", "--name",
          f"vl{os.getpid() % 10000}", "--delay", "4ms", "--rate", "200mbit", "--queue", "20",
          "--no-probes", "--workload", "gen --size 4M --count 3", "--out", str(out),
          "--timeout", "120"], capture_output=True, text=True, timeout=300, check=False)

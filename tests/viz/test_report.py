@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 import synth
-from istrace_viz import report
-from istrace_viz.capture import load_capture
+from istrace.capture.load import load_capture
+from istrace.report import report
 
 
 def test_report_on_qd1(tmp_path):

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from istrace_cli import vm_analysis, vm_events
+from istrace.testbed import vm_analysis, vm_events
 
 DATA = Path(__file__).parent / "data"
 INI, TGT = "10.78.0.1", "10.78.0.2"

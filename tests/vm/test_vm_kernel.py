@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from istrace_cli import pattern, vm_analysis, vmtestbed
+from istrace.testbed import pattern, vm_analysis
+from istrace.testbed import vm as vmtestbed
 
 # The VM part is bounded inside (boot <= 300 s, capture <= 330 s, down <= ~70 s: < 12 min);
 # the module's budget adds room for installing the VM packages on a fresh machine.
@@ -175,7 +176,7 @@ def test_commands_tied_in_the_merged_table(capture, commands):
     """`istrace merge` on the capture directory: each SCSI command of the 2 MB read has one
     cmd_id from the pcaps of both ends, and the probe rows of both kernels' iSCSI code carry its
     ITT and LBA."""
-    from istrace_bpf import merge
+    from istrace.merge import merger as merge
 
     merge.merge_dir(capture["dir"])
     m = pd.read_parquet(capture["dir"] / "merged.parquet")

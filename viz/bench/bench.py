@@ -6,9 +6,9 @@ Two hosts' streams (half each) like a long sequential read: tcp_probe samples wi
 ssthresh, srtt, in flight and snd_nxt/snd_una; congestion-state changes; retransmissions;
 syscall/block/SCSI/backing-store work with latencies. Merging is done in memory the way
 `istrace merge` orders rows (target clock moved by a known offset, stable sort on the merged
-time): istrace_bpf.merge works on capture directories and would spend the run writing and
+time): istrace.merge.merger works on capture directories and would spend the run writing and
 parsing gigabytes of JSON, which is not what this measures. Then the tracker
-(istrace_decoder.track.track_events), the timeline spans, and the cwnd and timeline plots
+(istrace.track.tracker.track_events), the timeline spans, and the cwnd and timeline plots
 (PNG). Target: merge + track + plot < 15 s.
 """
 
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 for sub in ("scripts", "decoder", "viz", "bpf"):
     sys.path.insert(0, str(ROOT / sub))
 
-from istrace_decoder import track  # noqa: E402
-from istrace_viz import data, plots  # noqa: E402
+from istrace.plot import data, plots  # noqa: E402
+from istrace.track import tracker as track  # noqa: E402
 
 CONN = "10.77.0.1:40000-10.77.0.2:3260"
 OFFSET_NS = 123_456  # target clock minus initiator clock

@@ -1,0 +1,569 @@
+"""Merge both hosts' probe events, PDUs and TCP segments onto one clock (docs/schema.md §6).
+
+Inputs in DIR: events-initiator.jsonl, events-target.jsonl (istrace probe), initiator.pcap,
+target.pcap (istrace capture), decoded-initiator/ and decoded-target/ (istrace decode
+--csv-dir; made here from the pcaps when absent and the decoder is built).
+
+Clock: a TCP segment sent by one host and received by the other gives
+recv_ts - send_ts = (receiver clock - sender clock) + one-way delay.  With offset =
+target - initiator, every i2t segment gives an upper bound on offset (delay >= 0) and every
+t2i segment a lower bound; the estimate is the middle of [max lower, min upper] and the
+bound its half-width.  Matching uses the first copy of a segment on each side, so a
+retransmission can only loosen a bound, never make it wrong.
+
+cmd_id is the index into the initiator-side commands.csv.  PDU rows carry it from the
+decoder (`cmd`); TCP segments and sequence-carrying probe events (retransmit, tcp_probe's
+snd_una) get the command of the PDU whose bytes they carry, by TCP sequence (both ends see
+the same sequence numbers); events with an ITT (USDT, tgtd, libiscsi) get the command with
+that ITT live at that time; syscall and block events get the command outstanding at that
+time on their host (the latest issued one that has not completed: exact at queue depth 1,
+a best guess above it).  Everything is vectorised (merge_asof), no per-row Python.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+HOSTS = ("initiator", "target")
+
+# docs/schema.md §1, in order, then the merger's columns (§6), then extras.
+EVENT_COLUMNS = [
+    "ts_ns", "host", "layer", "event", "pid", "comm", "conn", "cookie", "lba", "bytes", "itt",
+    "opcode", "seq", "ack", "cwnd", "ssthresh", "srtt_us", "ca_state", "inflight", "rwnd",
+    "snd_wnd", "lat_ns", "dev", "reason",
+]
+MERGED_EXTRA = ["source", "ts_ns_merged", "cmd_id", "dir", "pdu", "cdb_name", "xfer_bytes"]
+TAIL_EXTRA = ["flags", "tid", "status", "fd", "ret", "offset", "netns"]
+MERGED_COLUMNS = EVENT_COLUMNS + MERGED_EXTRA + TAIL_EXTRA
+
+_INT_COLS = ["ts_ns", "pid", "cookie", "lba", "bytes", "itt", "opcode", "seq", "ack", "cwnd",
+             "ssthresh", "srtt_us", "inflight", "rwnd", "snd_wnd", "lat_ns", "ts_ns_merged",
+             "cmd_id", "pdu", "xfer_bytes", "tid", "status", "fd", "ret", "offset", "netns"]
+_STR_COLS = ["host", "layer", "event", "comm", "conn", "ca_state", "dev", "reason", "source",
+             "dir", "cdb_name", "flags"]
+
+_EVENT_FIELDS = EVENT_COLUMNS + ["tid", "netns", "fd", "ret", "offset", "status", "source",
+                                 "lost"]
+_EVENT_SCHEMA = pa.schema([
+    pa.field(c, pa.string() if c in _STR_COLS else pa.uint64() if c == "cookie" else pa.int64())
+    for c in _EVENT_FIELDS
+])
+
+MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int64())
+                           for c in MERGED_COLUMNS])
+
+SEQ_MOD = 1 << 32
+
+
+class MergeError(RuntimeError):
+    pass
+
+
+@dataclass
+class ClockEstimate:
+    offset_ns: int | None      # target clock minus initiator clock
+    bound_ns: int | None       # half-width of the interval the offset lies in
+    samples: int               # matched segments, both directions
+    samples_i2t: int
+    samples_t2i: int
+    lower_ns: int | None       # from t2i segments
+    upper_ns: int | None       # from i2t segments
+    method: str
+    note: str = ""
+
+
+# ----------------------------------------------------------------------------- loading
+
+def events_file(d: Path, host: str) -> Path:
+    """DIR/events-HOST.jsonl or .csv (istrace probe --format); the newer when both exist."""
+    cands = [p for p in (d / f"events-{host}.jsonl", d / f"events-{host}.csv") if p.is_file()]
+    if not cands:
+        return d / f"events-{host}.jsonl"
+    return max(cands, key=lambda p: p.stat().st_mtime)
+
+
+def _read_csv_events(data: bytes) -> pa.Table:
+    names = [f.name for f in _EVENT_SCHEMA]
+    return pacsv.read_csv(
+        pa.BufferReader(data),
+        read_options=pacsv.ReadOptions(block_size=1 << 24),
+        convert_options=pacsv.ConvertOptions(
+            column_types={f.name: f.type for f in _EVENT_SCHEMA},
+            include_columns=None, strings_can_be_null=True,
+            quoted_strings_can_be_null=False),
+    ).select([n for n in names if n != "lost"] + ["lost"]) if data else pa.table({})
+
+
+def load_events_table(path: Path) -> tuple[pa.Table, dict[str, Any], int]:
+    """Probe events as an Arrow table (meta rows removed), the stream's meta, lost count."""
+    empty = pa.table({f.name: pa.array([], f.type) for f in _EVENT_SCHEMA})
+    if not path.is_file() or path.stat().st_size == 0:
+        return empty, {}, 0
+    meta: dict[str, Any] = {}
+    data = path.read_bytes()
+    if not data.endswith(b"\n"):  # a loader killed mid-line: drop the partial line
+        data = data[: data.rfind(b"\n") + 1]
+    if not data:
+        return empty, {}, 0
+    if path.suffix == ".csv":
+        table = _read_csv_events(data)
+        side = path.with_suffix(".meta.json")
+        if side.is_file():
+            try:
+                meta = json.loads(side.read_text())
+            except ValueError:
+                meta = {}
+    else:
+        first = data[: data.find(b"\n") + 1]
+        try:
+            rec = json.loads(first) if first else {}
+            if rec.get("event") == "meta":
+                meta = rec
+        except json.JSONDecodeError:
+            pass
+        table = pajson.read_json(
+            pa.BufferReader(data),
+            read_options=pajson.ReadOptions(block_size=1 << 24),
+            parse_options=pajson.ParseOptions(explicit_schema=_EVENT_SCHEMA,
+                                              unexpected_field_behavior="ignore"),
+        )
+    is_meta = pc.fill_null(pc.equal(table["layer"], "meta"), False)
+    counters = table.filter(pc.and_(is_meta, pc.is_in(table["event"],
+                                                      value_set=pa.array(["lost", "end"]))))
+    top = pc.max(counters["lost"]).as_py() if counters.num_rows else None
+    table = table.filter(pc.invert(is_meta)).drop_columns(["lost"])
+    return table, meta, int(top or 0)
+
+
+def load_events(path: Path) -> tuple[pd.DataFrame, dict[str, Any], int]:
+    """load_events_table as a pandas frame (nullable integer columns)."""
+    table, meta, lost = load_events_table(path)
+    df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(),
+                                       pa.uint64(): pd.UInt64Dtype()}.get)
+    df["cookie"] = df["cookie"].astype("Int64")
+    return df, meta, lost
+
+
+def load_segments(pcap: Path, host: str, ports: tuple[int, ...]) -> pd.DataFrame:
+    """TCP segments of the iSCSI connections in one host's capture, with conn and dir."""
+    from istrace.merge.segments import read_segments_any
+    from istrace.track.pcap_tcp import conn_and_dir
+
+    segs = read_segments_any(pcap)
+    segs = segs[segs["sport"].isin(ports) | segs["dport"].isin(ports)]
+    segs = conn_and_dir(segs, ports).reset_index(drop=True)
+    segs["host"] = host
+    return segs
+
+
+def _decode(pcap: Path, out_dir: Path) -> str | None:
+    """Run the decoder on a pcap into out_dir; returns a problem text or None."""
+    from istrace.system.paths import MissingBinary, binary
+
+    try:
+        exe = binary("istrace-decode")
+    except MissingBinary as exc:
+        return str(exc)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([str(exe), str(pcap), "--csv-dir", str(out_dir)], capture_output=True,
+                       text=True, check=False)
+    if r.returncode != 0:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return f"istrace-decode {pcap.name} failed ({r.returncode}): {r.stderr.strip()[-300:]}"
+    return None
+
+
+def _hex_or_int(s: pd.Series) -> pd.Series:
+    """ITT/TTT columns: '0x0000001f' text (decoder) or plain integers -> Int64."""
+    if pd.api.types.is_numeric_dtype(s.dtype):
+        return pd.to_numeric(s, errors="coerce").astype("Int64")
+
+    def parse(v: str) -> float:
+        try:
+            return float(int(str(v).strip(), 0))
+        except ValueError:
+            return float("nan")
+
+    # parse each distinct text once: tags repeat across the PDUs of a command
+    mapping = {u: parse(u) for u in pd.unique(s.dropna())}
+    return s.map(mapping).astype("Float64").astype("Int64")
+
+
+def load_decoded(d: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    pdus = commands = None
+    if (d / "pdus.csv").is_file():
+        pdus = pd.read_csv(d / "pdus.csv", low_memory=False)
+        for c in ("itt", "ttt"):
+            if c in pdus:
+                pdus[c] = _hex_or_int(pdus[c])
+    if (d / "commands.csv").is_file():
+        commands = pd.read_csv(d / "commands.csv", low_memory=False)
+        if "itt" in commands:
+            commands["itt"] = _hex_or_int(commands["itt"])
+    return pdus, commands
+
+
+# ----------------------------------------------------------------------------- clock
+
+def estimate_offset(seg_i: pd.DataFrame, seg_t: pd.DataFrame) -> ClockEstimate:
+    """Clock offset (target - initiator) from segments captured at both ends."""
+    key = ["conn", "dir", "seq", "ack", "len", "flags", "win"]
+    if seg_i.empty or seg_t.empty:
+        return ClockEstimate(None, None, 0, 0, 0, None, None, "none",
+                             "a capture is missing or empty: no common segments")
+    first_i = seg_i.sort_values("ts_ns").drop_duplicates(key)[key + ["ts_ns"]]
+    first_t = seg_t.sort_values("ts_ns").drop_duplicates(key)[key + ["ts_ns"]]
+    m = first_i.merge(first_t, on=key, suffixes=("_i", "_t"))
+    i2t = m[m["dir"] == "i2t"]
+    t2i = m[m["dir"] == "t2i"]
+    upper = int((i2t["ts_ns_t"] - i2t["ts_ns_i"]).min()) if len(i2t) else None
+    lower = int(-(t2i["ts_ns_i"] - t2i["ts_ns_t"]).min()) if len(t2i) else None
+    n = len(i2t) + len(t2i)
+    if upper is not None and lower is not None:
+        note = ""
+        lo, hi = lower, upper
+        if lo > hi:  # clocks drifted or jumped during the capture: report it, keep going
+            note = (f"inconsistent bounds (lower {lo} > upper {hi} ns): the clocks moved "
+                    "during the capture; the interval is widened to contain both")
+            lo, hi = hi, lo
+        return ClockEstimate((lo + hi) // 2, (hi - lo + 1) // 2, n, len(i2t), len(t2i),
+                             lower, upper, "tcp-segments-two-way", note)
+    one = upper if upper is not None else lower
+    return ClockEstimate(one, None, n, len(i2t), len(t2i), lower, upper, "tcp-segments-one-way",
+                         "segments in one direction only: the offset is bounded on one side "
+                         "only (estimate = that bound)" if n else "no common segments")
+
+
+# ----------------------------------------------------------------------------- cmd_id
+
+def _unwrap(seq: np.ndarray, base: int) -> np.ndarray:
+    return (seq.astype(np.int64) - base) % SEQ_MOD
+
+
+def _by_seq(rows: pd.DataFrame, seq_col: str, pdus: pd.DataFrame,
+            bases: dict[tuple[str, str], int]) -> pd.Series:
+    """cmd of the PDU (same conn, dir) that starts at or before each row's sequence number."""
+    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
+    if rows.empty or pdus.empty:
+        return out
+    for (conn, d), grp in rows.groupby(["conn", "dir"], sort=False):
+        p = pdus[(pdus["conn"] == conn) & (pdus["dir"] == d)]
+        base = bases.get((conn, d))
+        if p.empty or base is None:
+            continue
+        left = pd.DataFrame({"k": _unwrap(grp[seq_col].to_numpy(np.int64), base),
+                             "i": grp.index.to_numpy()}).sort_values("k")
+        right = pd.DataFrame({"k": _unwrap(p["tcp_seq"].to_numpy(np.int64), base),
+                              "cmd": p["cmd"].to_numpy()}).sort_values("k")
+        right = right[right["cmd"].notna()]
+        if right.empty:
+            continue
+        mm = pd.merge_asof(left, right, on="k", direction="backward")
+        out.loc[mm["i"].to_numpy()] = mm["cmd"].to_numpy()
+    return out
+
+
+def _by_itt(rows: pd.DataFrame, commands: pd.DataFrame, slack_ns: int) -> pd.Series:
+    """cmd with the row's ITT issued last before the row's time (+ slack), if still near."""
+    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
+    if rows.empty or commands.empty:
+        return out
+    left = pd.DataFrame({"t": rows["ts_ns_merged"].to_numpy(np.int64),
+                         "itt": rows["itt"].astype("int64").to_numpy(),
+                         "i": rows.index.to_numpy()}).sort_values("t")
+    c = commands.dropna(subset=["itt", "issue_ts_ns"])
+    right = pd.DataFrame({"t": c["issue_ts_ns"].astype("int64").to_numpy() - slack_ns,
+                          "itt": c["itt"].astype("int64").to_numpy(),
+                          "end": _end_ts(c) + slack_ns,
+                          "cmd": c["cmd"].to_numpy()}).sort_values("t")
+    mm = pd.merge_asof(left, right, on="t", by="itt", direction="backward")
+    # an application sees a response well after the wire does (scheduling, queueing):
+    # the latest command with this ITT issued before the event owns it, within a second
+    ok = mm["cmd"].notna() & (mm["t"] <= mm["end"] + 1_000_000_000)
+    out.loc[mm.loc[ok, "i"].to_numpy()] = mm.loc[ok, "cmd"].astype("int64").to_numpy()
+    return out
+
+
+def _end_ts(c: pd.DataFrame) -> np.ndarray:
+    """Response time of each command; far future when the capture ended before it."""
+    never = np.iinfo(np.int64).max // 2
+    if "resp_ts_ns" not in c:
+        return np.full(len(c), never, dtype=np.int64)
+    resp = pd.to_numeric(c["resp_ts_ns"], errors="coerce").to_numpy(np.float64)
+    return np.where(np.isnan(resp), never, resp).astype(np.int64)
+
+
+def _by_offset(rows: pd.DataFrame, commands: pd.DataFrame, slack_ns: int) -> pd.Series:
+    """pread/pwrite of a LUN backing file: the command whose LBA * block size is the offset.
+
+    tgtd reads the backing file at LBA * block size; among commands with that byte offset,
+    the latest issued before the call owns it."""
+    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
+    c = commands.dropna(subset=["issue_ts_ns", "lba"])
+    if rows.empty or c.empty:
+        return out
+    blocks = pd.to_numeric(c.get("xfer_blocks"), errors="coerce")
+    nbytes = pd.to_numeric(c.get("xfer_bytes"), errors="coerce")
+    bs = (nbytes / blocks).where(blocks > 0).round()
+    block_size = int(bs.median()) if bs.notna().any() else 512
+    left = pd.DataFrame({"t": rows["ts_ns_merged"].to_numpy(np.int64),
+                         "off": rows["offset"].astype("int64").to_numpy(),
+                         "i": rows.index.to_numpy()}).sort_values("t")
+    right = pd.DataFrame({"t": c["issue_ts_ns"].astype("int64").to_numpy() - slack_ns,
+                          "off": pd.to_numeric(c["lba"]).astype("int64").to_numpy() * block_size,
+                          "end": _end_ts(c) + slack_ns,
+                          "cmd": c["cmd"].to_numpy()}).sort_values("t")
+    mm = pd.merge_asof(left, right, on="t", by="off", direction="backward")
+    ok = mm["cmd"].notna() & (mm["t"] <= mm["end"])
+    out.loc[mm.loc[ok, "i"].to_numpy()] = mm.loc[ok, "cmd"].astype("int64").to_numpy()
+    return out
+
+
+def _by_time(rows: pd.DataFrame, commands: pd.DataFrame, slack_ns: int) -> pd.Series:
+    """cmd outstanding at each row's time: the latest issued whose response is not yet seen."""
+    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
+    if rows.empty or commands.empty:
+        return out
+    c = commands.dropna(subset=["issue_ts_ns"])
+    left = pd.DataFrame({"t": rows["ts_ns_merged"].to_numpy(np.int64),
+                         "i": rows.index.to_numpy()}).sort_values("t")
+    right = pd.DataFrame({"t": c["issue_ts_ns"].astype("int64").to_numpy() - slack_ns,
+                          "end": _end_ts(c) + slack_ns,
+                          "cmd": c["cmd"].to_numpy()}).sort_values("t")
+    mm = pd.merge_asof(left, right, on="t", direction="backward")
+    ok = mm["cmd"].notna() & (mm["t"] <= mm["end"])
+    out.loc[mm.loc[ok, "i"].to_numpy()] = mm.loc[ok, "cmd"].astype("int64").to_numpy()
+    return out
+
+
+# ----------------------------------------------------------------------------- rows
+
+def _pdu_rows(pdus: pd.DataFrame, host: str) -> pd.DataFrame:
+    get = pdus.get
+    n = len(pdus)
+    none = pd.Series([pd.NA] * n, index=pdus.index)
+    df = pd.DataFrame({
+        "ts_ns": pdus["ts_ns"].astype("int64"),
+        "host": host, "layer": "iscsi",
+        "event": get("opcode_name", none).astype("string"),
+        "conn": get("conn", none), "itt": pdus.get("itt", none),
+        "opcode": get("opcode", none), "seq": get("tcp_seq", none),
+        "bytes": get("dsl", none), "lba": get("lba", none),
+        "source": "pcap", "dir": get("dir", none), "pdu": get("pdu", none),
+        "cdb_name": get("cdb_name", none), "xfer_bytes": get("xfer_bytes", none),
+        "reason": get("note", none),
+    })
+    return df
+
+
+def _hex_flags(f: np.ndarray) -> np.ndarray:
+    names = np.array([f"0x{i:02x}" for i in range(256)], dtype=object)
+    return names[f & 0xFF]
+
+
+def _segment_rows(segs: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({
+        "ts_ns": segs["ts_ns"].astype("int64"), "host": segs["host"], "layer": "net",
+        "event": "segment", "conn": segs["conn"], "seq": segs["seq"], "ack": segs["ack"],
+        "bytes": segs["len"], "rwnd": segs["win"], "source": "pcap", "dir": segs["dir"],
+        "flags": _hex_flags(segs["flags"].to_numpy(np.int64)),
+    })
+
+
+def _conform(t: pa.Table) -> pa.Table:
+    """A table with exactly MERGED_SCHEMA's columns (missing ones null)."""
+    cols = []
+    for f in MERGED_SCHEMA:
+        if f.name in t.column_names:
+            cols.append(pc.cast(t[f.name], f.type))
+        else:
+            cols.append(pa.nulls(t.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=MERGED_SCHEMA)
+
+
+def _normalise(df: pd.DataFrame) -> pd.DataFrame:
+    for c in MERGED_COLUMNS:
+        if c not in df:
+            df[c] = pd.NA
+    df = df[MERGED_COLUMNS]
+    for c in _INT_COLS:
+        if df[c].dtype != "Int64":
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+    for c in _STR_COLS:
+        if df[c].dtype != "string":
+            df[c] = df[c].astype("string")
+    return df
+
+
+# ----------------------------------------------------------------------------- main
+
+@dataclass
+class MergeResult:
+    rows: int
+    clock: ClockEstimate
+    lost: dict[str, int]
+    counts: dict[str, int]
+    notes: list[str]
+
+
+def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | None = None,
+              write_csv: bool = True, log: Any = None) -> MergeResult:
+    """Merge everything in d; writes merged.parquet, merged.csv and clock.json."""
+    say = log or (lambda m: print(m, file=sys.stderr))
+    notes: list[str] = []
+    if not d.is_dir():
+        raise MergeError(f"{d}: not a directory")
+    events: dict[str, pa.Table] = {}
+    lost: dict[str, int] = {}
+    for h in HOSTS:
+        path = events_file(d, h)
+        say(f"merge: reading {path.name}")
+        table, _meta, n_lost = load_events_table(path)
+        events[h] = table
+        lost[h] = n_lost
+        if not path.is_file():
+            notes.append(f"no events-{h}.jsonl (or .csv)")
+        if n_lost:
+            notes.append(f"{h}: the probe lost {n_lost} events (ring buffer full)")
+    segs: dict[str, pd.DataFrame] = {}
+    for h in HOSTS:
+        p = d / f"{h}.pcap"
+        if not p.is_file() and (d / f"{h}.pcapng").is_file():
+            p = d / f"{h}.pcapng"
+        if p.is_file():
+            say(f"merge: reading {p.name}")
+            segs[h] = load_segments(p, h, ports)
+        else:
+            segs[h] = pd.DataFrame(columns=["ts_ns", "host", "conn", "dir", "seq", "ack", "len",
+                                            "flags", "win"])
+            notes.append(f"no {h}.pcap")
+    decoded: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None]] = {}
+    for h in HOSTS:
+        dd = d / f"decoded-{h}"
+        pcap = d / f"{h}.pcap"
+        if not (dd / "pdus.csv").is_file() and pcap.is_file():
+            say(f"merge: decoding {pcap.name} into {dd.name}/")
+            problem = _decode(pcap, dd)
+            if problem:
+                notes.append(f"PDUs of {h} not available: {problem}")
+        decoded[h] = load_decoded(dd)
+
+    if offset_override is not None:
+        clock = ClockEstimate(offset_override, 0, 0, 0, 0, None, None, "given (--offset-ns)")
+    else:
+        clock = estimate_offset(segs["initiator"], segs["target"])
+    if clock.offset_ns is None:
+        notes.append("clock offset unknown (no segment seen at both ends): target times "
+                     "are NOT moved; ts_ns_merged = ts_ns for both hosts")
+    off = int(clock.offset_ns or 0)
+    bound = int(clock.bound_ns or 0)
+    slack = max(2_000_000, 2 * bound)
+
+    parts: list[pa.Table] = []
+    for h in HOSTS:
+        if events[h].num_rows:
+            parts.append(_conform(events[h]))
+        pdus, _cmds = decoded[h]
+        if pdus is not None and not pdus.empty:
+            parts.append(pa.Table.from_pandas(_normalise(_pdu_rows(pdus, h)),
+                                              schema=MERGED_SCHEMA, preserve_index=False))
+        if not segs[h].empty:
+            parts.append(pa.Table.from_pandas(_normalise(_segment_rows(segs[h])),
+                                              schema=MERGED_SCHEMA, preserve_index=False))
+    if not parts:
+        raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
+    say("merge: joining")
+    table = pa.concat_tables(parts).combine_chunks()
+    is_tgt = pc.fill_null(pc.equal(table["host"], "target"), False)
+    ts = table["ts_ns"]
+    table = table.set_column(table.schema.get_field_index("ts_ns_merged"), "ts_ns_merged",
+                             pc.if_else(is_tgt, pc.subtract(ts, off), ts))
+    # direction of probe TCP events: the socket's own sending direction
+    tcp_ev = pc.fill_null(pc.and_(pc.and_(pc.equal(table["source"], "probe"),
+                                          pc.is_valid(table["conn"])),
+                                  pc.is_in(table["layer"], value_set=pa.array(["tcp", "net"]))),
+                          False)
+    table = table.set_column(table.schema.get_field_index("dir"), "dir",
+                             pc.if_else(tcp_ev, pc.if_else(is_tgt, "t2i", "i2t"), table["dir"]))
+
+    ini_pdus, ini_cmds = decoded["initiator"]
+    tgt_pdus, _ = decoded["target"]
+    have_cmds = ini_pdus is not None and "cmd" in ini_pdus and ini_cmds is not None
+    # the columns the cmd_id rules look at, in pandas (strings as categoricals: cheap)
+    need = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt", "bytes",
+            "ts_ns_merged", "offset", "pdu"] if have_cmds else ["ts_ns"]
+    key = pa.table({c: (pc.dictionary_encode(table[c]) if c in _STR_COLS else table[c])
+                    for c in need})
+    df = key.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    cmd = pd.Series(pd.NA, index=df.index, dtype="Int64")
+    if have_cmds:
+        assert ini_pdus is not None and ini_cmds is not None
+        commands = ini_cmds.copy()
+        if "cmd" not in commands:
+            commands["cmd"] = np.arange(len(commands))
+        # initiator PDU rows: from the decoder
+        pdu_rows = (df["source"] == "pcap") & (df["layer"] == "iscsi")
+        ini_pdu_rows = pdu_rows & (df["host"] == "initiator")
+        lut = pd.Series(pd.to_numeric(ini_pdus["cmd"], errors="coerce").astype("Int64").values,
+                        index=pd.to_numeric(ini_pdus["pdu"], errors="coerce"))
+        lut = lut[~lut.index.duplicated()]
+        cmd[ini_pdu_rows] = lut.reindex(df.loc[ini_pdu_rows, "pdu"].astype("float")).values
+        # sequence bases per (conn, dir): the first PDU byte the initiator capture decoded
+        p = ini_pdus.dropna(subset=["tcp_seq"]).sort_values("ts_ns")
+        p = p.assign(cmd=pd.to_numeric(p["cmd"], errors="coerce").astype("Int64"))
+        bases = {(c, dr): int(g["tcp_seq"].iloc[0]) for (c, dr), g in p.groupby(["conn", "dir"])}
+        bases = {k: (v - (1 << 30)) % SEQ_MOD for k, v in bases.items()}  # margin for earlier
+        seq_rows = ((df["source"] == "pcap") & (df["layer"] == "net") & (df["bytes"] > 0)) | \
+            (df["host"] == "target") & pdu_rows | \
+            ((df["source"] == "probe") & df["event"].isin(["retransmit", "tcp_probe"]))
+        seq_rows = seq_rows.fillna(False).astype(bool) & df["seq"].notna() & df["conn"].notna()
+        probe_seq = df.loc[seq_rows, ["conn", "dir", "seq", "ack", "event", "source"]].copy()
+        # tcp_probe carries snd_nxt in seq and snd_una in ack: the oldest unacked byte
+        is_probe = probe_seq["event"] == "tcp_probe"
+        probe_seq.loc[is_probe, "seq"] = probe_seq.loc[is_probe, "ack"]
+        probe_seq = probe_seq.dropna(subset=["seq", "dir"])
+        cmd.loc[probe_seq.index] = _by_seq(probe_seq, "seq", p, bases)
+        if tgt_pdus is None:
+            notes.append("target PDUs not decoded: target PDU rows have no cmd_id")
+        # ITT-carrying probe events
+        itt_rows = (df["source"] == "probe") & df["itt"].notna()
+        itt_rows = itt_rows.fillna(False).astype(bool)
+        cmd[itt_rows] = _by_itt(df.loc[itt_rows], commands, slack)
+        # syscall / block: by time on the host's clock moved to the initiator's
+        time_rows = (df["source"] == "probe") & df["layer"].isin(["syscall", "block"])
+        time_rows = time_rows.fillna(False).astype(bool)
+        cmd[time_rows] = _by_time(df.loc[time_rows], commands, slack)
+        off_rows = time_rows & df["offset"].notna()
+        if off_rows.any():
+            by_off = _by_offset(df.loc[off_rows], commands, slack)
+            cmd[off_rows] = by_off.where(by_off.notna(), cmd[off_rows])
+    else:
+        notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")
+    table = table.set_column(table.schema.get_field_index("cmd_id"), "cmd_id",
+                             pa.array(cmd, type=pa.int64(), from_pandas=True))
+    say("merge: sorting and writing")
+    order = pc.sort_indices(table, sort_keys=[("ts_ns_merged", "ascending")])
+    table = table.take(order)
+    pq.write_table(table, d / "merged.parquet", compression="lz4")
+    if write_csv:
+        pacsv.write_csv(table, d / "merged.csv")
+    clock_doc = asdict(clock)
+    clock_doc["notes"] = [n for n in notes if "clock" in n]
+    (d / "clock.json").write_text(json.dumps(clock_doc, indent=2) + "\n")
+    groups = table.group_by(["host", "layer"]).aggregate([("ts_ns", "count")]).to_pylist()
+    counts = {f"{g['host']}/{g['layer']}": int(g["ts_ns_count"]) for g in groups}
+    return MergeResult(table.num_rows, clock, lost, counts, notes)

@@ -1,1 +1,0 @@
-"""istrace probes (user side) and the merger."""

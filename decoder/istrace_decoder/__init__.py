@@ -1,1 +1,0 @@
-"""istrace decoder: Python side (reads the C decoder's tables; cwnd/state tracker)."""

@@ -1,0 +1,238 @@
+"""Load everything a capture directory holds, degrading to what is there.
+
+Layout (docs/schema.md, `istrace capture --out DIR`): initiator.pcap, target.pcap,
+events-<host>.jsonl, meta.json, merged.parquet + clock.json (`istrace merge`), decoded tables
+(pdus.csv, commands.csv, connections.csv from `istrace decode`). Each table may be missing;
+`Capture.missing` says which, in words fit for the report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from istrace.capture import pdu_fallback
+from istrace.track import tracker as track
+from istrace.track.pcap_tcp import PcapError, conn_and_dir, read_segments
+from istrace.track.track_cli import load_events
+
+HOSTS = ("initiator", "target")
+
+
+@dataclass
+class Capture:
+    dir: Path
+    meta: dict[str, Any] = field(default_factory=dict)
+    pdus: dict[str, pd.DataFrame] = field(default_factory=dict)       # host -> pdus.csv
+    commands: dict[str, pd.DataFrame] = field(default_factory=dict)   # host -> commands.csv
+    connections: pd.DataFrame | None = None
+    segs: dict[str, pd.DataFrame] = field(default_factory=dict)       # host -> TCP segments
+    events: pd.DataFrame | None = None                                # probe events, both hosts
+    merged: pd.DataFrame | None = None
+    clock: dict[str, Any] = field(default_factory=dict)
+    track: track.TrackResult | None = None
+    missing: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def offset_ns(self) -> int:
+        """Target clock minus initiator clock (0 when unknown; `clock_note` says so)."""
+        return int(self.clock.get("offset_ns", 0) or 0)
+
+    @property
+    def clock_note(self) -> str:
+        if self.clock:
+            return (f"clock offset {self.offset_ns / 1e3:.1f} us +- "
+                    f"{int(self.clock.get('bound_ns', 0)) / 1e3:.1f} us "
+                    f"({self.clock.get('method', '?')})")
+        if self.meta.get("testbed") or len(self.segs) == 2:
+            return "clock offset assumed 0: both ends on one host's clock (no clock.json)"
+        return "clock offset unknown (no clock.json)"
+
+    def main_commands(self) -> pd.DataFrame | None:
+        return self.commands.get("initiator", self.commands.get("target"))
+
+    def main_pdus(self) -> pd.DataFrame | None:
+        return self.pdus.get("initiator", self.pdus.get("target"))
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    try:
+        # Nanosecond times with gaps would turn float64 and lose ~256 ns: keep them integers.
+        head = pd.read_csv(path, nrows=0).columns
+        ints = {c: "Int64" for c in head if c.endswith("ts_ns") or c in ("tcp_seq", "cmd")}
+        return pd.read_csv(path, low_memory=False, dtype=ints)
+    except (OSError, ValueError) as exc:
+        print(f"istrace: {path}: unreadable ({exc})", file=sys.stderr)
+        return None
+
+
+def _decoded_dirs(d: Path, host: str) -> list[Path]:
+    out = [d / "decoded" / host, d / f"decoded-{host}", d / f"decode-{host}", d / host,
+           d / "decoded-fallback" / host]
+    if host == "initiator":
+        out += [d, d / "decoded"]
+    return out
+
+
+def _try_decode(pcap: Path, out: Path) -> str | None:
+    """Run the decoder (istrace.capture.decoded) if it is there; error text or None."""
+    try:
+        tables = importlib.import_module("istrace.capture.decoded")
+    except ImportError:
+        return "the PDU decoder (istrace.capture.decoded) is not available"
+    fn = getattr(tables, "decode_to_dir", None)
+    if fn is None:
+        return "istrace.capture.decoded has no decode_to_dir"
+    try:
+        fn(pcap, out)
+    except Exception as exc:  # noqa: BLE001 - any decoder failure degrades to "no PDUs"
+        return f"decoding {pcap.name} failed: {exc}"
+    return None
+
+
+def load_capture(d: str | Path, decode: bool = True, do_track: bool = True) -> Capture:
+    d = Path(d)
+    cap = Capture(dir=d)
+    meta = d / "meta.json"
+    if meta.is_file():
+        try:
+            cap.meta = json.loads(meta.read_text())
+        except ValueError as exc:
+            cap.warnings.append(f"meta.json unreadable: {exc}")
+    else:
+        cap.missing.append("meta.json (run parameters: delay, workload, capture drops)")
+    clock = d / "clock.json"
+    if clock.is_file():
+        try:
+            cap.clock = json.loads(clock.read_text())
+        except ValueError:
+            cap.warnings.append("clock.json unreadable")
+
+    for host in HOSTS:
+        pcap = d / f"{host}.pcap"
+        if not pcap.is_file():
+            cap.missing.append(f"{host}.pcap")
+            continue
+        try:
+            cap.segs[host] = conn_and_dir(read_segments(pcap))
+        except PcapError as exc:
+            cap.warnings.append(str(exc))
+            continue
+        found = None
+        for cand in _decoded_dirs(d, host):
+            if (cand / "pdus.csv").is_file():
+                found = cand
+                break
+        if found is None and decode:
+            out = d / "decoded" / host
+            err = _try_decode(pcap, out)
+            if err is None and (out / "pdus.csv").is_file():
+                found = out
+            elif err:
+                # Degrade: the minimal Python PDU reader, said so in the report.
+                fb = d / "decoded-fallback" / host
+                try:
+                    notes = pdu_fallback.decode_to_dir(pcap, fb)
+                    found = fb
+                    cap.missing.append(f"C decoder output for {host}.pcap ({err}); PDUs from "
+                                       "the minimal Python fallback reader instead")
+                    cap.warnings += [f"{host}.pcap: {n}" for n in notes]
+                except (ValueError, OSError) as exc:
+                    cap.missing.append(f"decoded PDUs of {host}.pcap ({err}; fallback: {exc})")
+        if found is not None:
+            for name, store in (("pdus", cap.pdus), ("commands", cap.commands)):
+                t = _read_csv(found / f"{name}.csv")
+                if t is not None:
+                    store[host] = t
+            if host == "initiator" and (found / "connections.csv").is_file():
+                cap.connections = _read_csv(found / "connections.csv")
+
+    cap.events = load_events(d)
+    if cap.events is None:
+        cap.missing.append("probe events (events-*.jsonl): no syscall/block/SCSI layers, "
+                           "no exact cwnd/CA state")
+    merged = d / "merged.parquet"
+    if merged.is_file():
+        try:
+            cap.merged = pd.read_parquet(merged)
+        except (OSError, ValueError) as exc:
+            cap.warnings.append(f"merged.parquet unreadable: {exc}")
+    else:
+        cap.missing.append("merged.parquet (istrace merge): layers aligned from raw tables")
+    _capture_drop_warnings(cap)
+    if do_track:
+        cap.track = track_capture(cap)
+    return cap
+
+
+def track_capture(cap: Capture) -> track.TrackResult:
+    """The tracker over what the capture holds: probe events exact, each pcap for its sender."""
+    res = track.TrackResult()
+    if cap.events is not None:
+        res.extend(track.track_events(cap.events))
+    pdus = cap.main_pdus()
+    both = len(cap.segs) == 2
+    for host, segs in cap.segs.items():
+        dirs = (("t2i",) if host == "target" else ("i2t",)) if both else ("i2t", "t2i")
+        res.extend(track.track_pcap(segs, pdus, host=host, dirs=dirs))
+    return res
+
+
+def _capture_drop_warnings(cap: Capture) -> None:
+    """Capture drops (tcpdump 'dropped by kernel') from meta.json or tcpdump logs."""
+    drops: dict[str, int] = {}
+    unwritten: dict[str, int] = {}
+    caps = cap.meta.get("captures") if isinstance(cap.meta.get("captures"), dict) else {}
+    for host, c in (caps or {}).items():
+        if isinstance(c, dict):
+            n = sum(int(v) for k, v in c.items() if "drop" in k and isinstance(v, int | float))
+            drops[f"meta.json captures.{host}"] = n
+    for host in ("initiator", "target"):  # simple layouts: meta {"capture": {host: {dropped}}}
+        c = (cap.meta.get("capture") or {}).get(host) if isinstance(
+            cap.meta.get("capture"), dict) else None
+        if isinstance(c, dict) and isinstance(c.get("dropped"), int | float):
+            drops[f"meta.json capture.{host}"] = int(c["dropped"])
+    for log in sorted(cap.dir.glob("*tcpdump*.log")) + sorted(cap.dir.glob("*tcpdump*.err")):
+        got: dict[str, int] = {}
+        for line in log.read_text(errors="replace").splitlines():
+            for key in ("dropped by kernel", "packets captured", "received by filter"):
+                if key in line:
+                    try:
+                        got[key] = int(line.split()[0])
+                    except ValueError:
+                        pass
+        if "dropped by kernel" in got and not caps:
+            drops[log.name] = got["dropped by kernel"]
+        lost = got.get("received by filter", 0) - got.get("packets captured", 0)
+        if "packets captured" in got and lost > 0:
+            unwritten[log.name] = lost
+    for where, n in drops.items():
+        if n > 0:
+            cap.warnings.append(f"CAPTURE DROPS: {n} packets dropped ({where}) - the pcap "
+                                "misses packets; PDU and TCP figures are incomplete")
+    for where, n in unwritten.items():
+        cap.warnings.append(f"{where}: {n} packets matched the filter but were not written "
+                            "(usually the last ones, still queued when tcpdump stopped)")
+    path = cap.meta.get("path_stats")
+    if isinstance(path, dict):
+        lost = {k: v for k, v in _flat(path).items() if "drop" in k and isinstance(
+            v, int | float) and v > 0}
+        if lost:
+            cap.warnings.append("emulated path dropped packets (network loss, not capture "
+                                "loss): " + ", ".join(f"{k}={int(v)}" for k, v in lost.items()))
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    else:
+        out[prefix] = obj
+    return out

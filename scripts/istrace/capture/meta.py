@@ -1,0 +1,104 @@
+"""What a capture directory says about itself: tcpdump's drop counts, tool versions, clocks,
+and the iSCSI parameters the login negotiated."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from istrace.system import paths
+
+_COUNTERS = {
+    "packets_captured": r"(\d+) packets? captured",
+    "received_by_filter": r"(\d+) packets? received by filter",
+    "dropped_by_kernel": r"(\d+) packets? dropped by kernel",
+    "dropped_by_interface": r"(\d+) packets? dropped by interface",
+}
+
+
+def tcpdump_counts(stderr_text: str) -> dict[str, int | None]:
+    """The counters tcpdump prints when it stops; None for any it did not print."""
+    out: dict[str, int | None] = {}
+    for key, pattern in _COUNTERS.items():
+        m = re.findall(pattern, stderr_text)
+        out[key] = int(m[-1]) if m else None
+    return out
+
+
+def _first_line(argv: list[str]) -> str | None:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (r.stdout + r.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def tool_versions() -> dict[str, str | None]:
+    return {
+        "tcpdump": _first_line(["tcpdump", "--version"]),
+        "tgtd": _first_line(["tgtd", "-V"]),
+        "iproute2": _first_line(["ip", "-V"]),
+        "python": platform.python_version(),
+        "istrace": "0.1.0",
+    }
+
+
+def clock_info() -> dict[str, Any]:
+    """Both clocks read back to back, and the clock source, so streams can be related later."""
+    try:
+        source = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource"
+                      ).read_text().strip()
+    except OSError:
+        source = None
+    return {"realtime_ns": time.clock_gettime_ns(time.CLOCK_REALTIME),
+            "monotonic_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+            "clocksource": source}
+
+
+def host_info() -> dict[str, Any]:
+    u = os.uname()
+    return {"hostname": u.nodename, "kernel": u.release, "kernel_version": u.version,
+            "machine": u.machine, "cpus": os.cpu_count()}
+
+
+def negotiated(pcap: Path, port: int = 3260) -> dict[str, Any]:
+    """Login parameters from the first packets of `pcap` (the decoder on a short prefix)."""
+    try:
+        decoder = paths.binary("istrace-decode")
+    except paths.MissingBinary as exc:
+        return {"unavailable": str(exc)}
+    if not pcap.exists() or pcap.stat().st_size == 0:
+        return {"unavailable": f"{pcap.name} is empty"}
+    tmp = Path(tempfile.mkdtemp(prefix="istrace-neg-"))
+    try:
+        head = tmp / "head.pcap"
+        subprocess.run(["tcpdump", "-r", str(pcap), "-c", "2000", "-w", str(head),
+                        f"tcp port {port}"], capture_output=True, timeout=60, check=False)
+        if not head.exists():
+            return {"unavailable": "could not cut the capture's first packets"}
+        r = subprocess.run([str(decoder), "-q", "--csv-dir", str(tmp), "--port", str(port),
+                            str(head)], capture_output=True, text=True, timeout=120,
+                           check=False)
+        conns = tmp / "connections.csv"
+        if r.returncode != 0 or not conns.exists():
+            return {"unavailable": f"decoder found no login ({r.stderr.strip()[:200]})"}
+        import pandas as pd
+
+        df = pd.read_csv(conns)
+        if df.empty:
+            return {"unavailable": "no iSCSI connection in the capture"}
+        # through JSON so missing values become null, not NaN (meta.json stays strict JSON)
+        return {"connections": json.loads(df.to_json(orient="records"))}
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return {"unavailable": f"decoder failed: {exc}"}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,207 @@
+"""PNG figures of the reproduced experiments (matplotlib, no display needed).
+
+Each function takes the experiment's tidy table (pandas DataFrame of the CSV, status=ok rows)
+and writes one PNG. Measured points are markers joined by lines; models are thin dashed lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from istrace.reproduce import model  # noqa: E402
+
+MB = model.MB
+UNLIMITED = 100000  # the parallel experiment's "no limit" marker
+TGTD_CMD_WINDOW = 128  # tgtd's default MaxQueueCmd: commands it admits per session
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    if "status" in df.columns:
+        df = df[df["status"].astype(str) == "ok"]
+    return df.copy()
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _delay_axis(ax: plt.Axes, delays: list[float]) -> None:
+    """Delays 0,1,2,4..64 ms: symlog keeps 0 on the axis and spreads the doublings evenly."""
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xticks(delays)
+    ax.set_xticklabels([f"{d:g}" for d in delays])
+    ax.set_xlabel("one-way delay (ms)")
+
+
+def plot_delay_sweep(df: pd.DataFrame, path: Path, title: str) -> Path:
+    """Throughput vs delay per command size and queue, with eq. (1) over the iSCSI series.
+
+    The model's LowerLayerThroughput is the socket baseline measured at the same delay and
+    queue, as in the study.
+    """
+    df = _ok(df)
+    df["delay_ms"] = df["delay_ms"].astype(float)
+    df["mbps"] = df["mbps"].astype(float)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    series = sorted(df["series"].unique(), key=_series_order)
+    queues = sorted(df["txqueuelen"].astype(int).unique())
+    for si, name in enumerate(series):
+        color = colors[si % len(colors)]
+        for qi, txq in enumerate(queues):
+            part = df[(df["series"] == name) & (df["txqueuelen"].astype(int) == txq)]
+            part = part.sort_values("delay_ms")
+            if part.empty:
+                continue
+            style = "-" if qi == len(queues) - 1 else ":"
+            ax.plot(part["delay_ms"], part["mbps"], style, marker="o" if qi else "s",
+                    color=color, label=f"{name} Tx{txq}")
+            if name == "socket":
+                continue
+            lower = df[(df["series"] == "socket") & (df["txqueuelen"].astype(int) == txq)]
+            lower = lower.set_index("delay_ms")["mbps"]
+            size = float(part["size"].iloc[0])
+            xs, ys = [], []
+            for d in part["delay_ms"]:
+                if d in lower.index and lower[d] > 0:
+                    xs.append(d)
+                    ys.append(model.seq_read_throughput(size, d / 1e3, lower[d] * MB) / MB)
+            if xs and qi == len(queues) - 1:
+                ax.plot(xs, ys, "--", lw=0.9, color=color, alpha=0.7)
+                if size == min(float(v) for v in df["size"]):
+                    # The same model paying one round trip (2 one-way delays) per command.
+                    rt = [model.seq_read_throughput(size, d / 1e3, lower[d] * MB, 2.0) / MB
+                          for d in xs]
+                    ax.plot(xs, rt, "-.", lw=0.9, color="gray",
+                            label=f"eq. (1) with 2 delays, {name}")
+    ax.plot([], [], "--", color="gray", lw=0.9, label="eq. (1) model (4 delays), lower = socket")
+    ax.set_yscale("log")
+    _delay_axis(ax, sorted(df["delay_ms"].unique()))
+    ax.set_ylabel("throughput (MB/s)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def _series_order(name: str) -> tuple[int, float]:
+    if name == "socket":
+        return (1, 0.0)
+    try:
+        return (0, float(name.rstrip("KMB")) * (1024 if name.endswith(("M", "MB")) else 1))
+    except ValueError:
+        return (0, 0.0)
+
+
+def plot_parallel(df: pd.DataFrame, path: Path, title: str, rtt_s: float) -> Path:
+    """Transactions/s vs readers per initiator limit, with the limit/RTT ceiling each hits."""
+    df = _ok(df)
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 7.5), sharex=True,
+                                  gridspec_kw={"height_ratios": [3, 2]})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    limits = sorted(df["limit"].astype(int).unique())
+    for i, lim in enumerate(limits):
+        part = df[df["limit"].astype(int) == lim].sort_values("readers")
+        readers = part["readers"].astype(int)
+        color = colors[i % len(colors)]
+        name = f"initiator limit {lim}" if lim < UNLIMITED else "no initiator limit"
+        ax.plot(readers, part["tps"].astype(float), "-o", color=color, label=name)
+        if lim < UNLIMITED:
+            ax.axhline(model.outstanding_ceiling(lim, rtt_s), ls="--", lw=0.8, color=color)
+        ax2.plot(readers, part["outstanding"].astype(float), "-o", color=color, label=name)
+    n_max = int(df["readers"].astype(int).max())
+    if n_max > TGTD_CMD_WINDOW:
+        ax.axhline(model.outstanding_ceiling(TGTD_CMD_WINDOW, rtt_s), ls="-.", lw=0.8,
+                   color="gray", label=f"target CmdSN window ({TGTD_CMD_WINDOW}) / RTT")
+    ax.plot([1, n_max], [1 / rtt_s, n_max / rtt_s], ":", color="gray", lw=0.9,
+            label="N / RTT (no limit)")
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.set_yscale("log", base=2)
+        for axis in (a.xaxis, a.yaxis):
+            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        a.grid(True, which="both", alpha=0.3)
+    ax.set_ylabel("aggregate transactions/s")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    ax2.set_ylabel("mean outstanding commands")
+    ax2.set_xlabel("parallel 512-byte readers")
+    ax2.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_sessions(df: pd.DataFrame, search: pd.DataFrame, path: Path, title: str) -> Path:
+    """Throughput vs sessions per delay; the golden-section path numbered, the pick starred."""
+    df = _ok(df)
+    search = _ok(search)
+    delays = sorted(df["delay_ms"].astype(float).unique())
+    fig, axes = plt.subplots(1, len(delays), figsize=(4.2 * len(delays), 4.5), squeeze=False)
+    for ax, d in zip(axes[0], delays, strict=True):
+        part = df[df["delay_ms"].astype(float) == d].sort_values("sessions")
+        ax.plot(part["sessions"].astype(int), part["mbps"].astype(float), "-o", color="C0",
+                label="sweep")
+        s = search[search["delay_ms"].astype(float) == d]
+        if not s.empty:
+            s = s.sort_values("step")
+            ax.plot(s["sessions"].astype(int), s["mbps"].astype(float), "x", color="C3",
+                    label="golden-section evaluations")
+            for _, r in s.iterrows():
+                ax.annotate(str(int(r["step"])), (int(r["sessions"]), float(r["mbps"])),
+                            textcoords="offset points", xytext=(3, 4), fontsize=7, color="C3")
+            best = s.loc[s["mbps"].astype(float).idxmax()]
+            ax.plot([int(best["sessions"])], [float(best["mbps"])], "*", ms=14, color="C1",
+                    label=f"search pick: {int(best['sessions'])}")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_title(f"one-way delay {d:g} ms", fontsize=9)
+        ax.set_xlabel("parallel sessions")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("aggregate throughput (MB/s)")
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_window(df: pd.DataFrame, path: Path, title: str) -> Path:
+    """Throughput vs delay per buffer / MSS setting; dashed: the measured window / RTT."""
+    df = _ok(df)
+    groups = [g for g in ("buffer", "mss") if g in set(df["vary"])]
+    fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(6.5 * max(len(groups), 1), 5),
+                             squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, g in zip(axes[0], groups, strict=False):
+        part = df[df["vary"] == g]
+        settings = sorted({(int(b), int(m)) for b, m in zip(part["buffer"], part["mss"],
+                                                               strict=True)})
+        for i, (buf, mss) in enumerate(settings):
+            sel = part[(part["buffer"].astype(int) == buf) & (part["mss"].astype(int) == mss)]
+            sel = sel.sort_values("delay_ms")
+            color = colors[i % len(colors)]
+            d = sel["delay_ms"].astype(float)
+            win = float(sel["window"].astype(float).median())
+            label = (f"buffer {buf // 1024} KiB (window ~{win / 1024:.0f} KiB)" if g == "buffer"
+                     else f"MSS {mss} B (window ~{win / 1024:.1f} KiB)")
+            ax.plot(d, sel["mbps"].astype(float), "-o", color=color, label=label)
+            ax.plot(d, sel["bound_mbps"].astype(float), "--", lw=0.9, color=color)
+        ax.plot([], [], "--", color="gray", lw=0.9, label="window / RTT bound")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("one-way delay (ms)")
+        ax.set_ylabel("throughput (MB/s)")
+        ax.set_title("TCP receive buffer (MSS 1460)" if g == "buffer"
+                     else f"MSS (receive buffer {int(part['buffer'].iloc[0]) // 1024} KiB)",
+                     fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)

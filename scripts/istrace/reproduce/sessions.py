@@ -1,0 +1,146 @@
+"""Experiment `sessions` (seed 004, BDL-APT): aggregate throughput against the number of parallel
+iSCSI sessions at 10-100 ms one-way delay, and a golden-section search for the best count.
+
+Each session is one TCP connection with one 1 MiB READ in flight, so alone it idles a round
+trip per command (eq. (1)) and the longer the delay the more sessions it takes to fill the
+rate-limited path. The search (golden section over a geometric grid of counts: 1, 2, 3, 4,
+6, 8, 11, 16, 23, 32) measures through the same CSV as the sweep, so a count the sweep already
+measured costs nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+from istrace.reproduce import plot as repro_plot
+from istrace.reproduce import run as repro_run
+from istrace.reproduce.sweep import (
+    Progress,
+    Row,
+    SweepCSV,
+    geometric_grid,
+    golden_section_grid,
+    num,
+    run_points,
+)
+
+COLUMNS = ["delay_ms", "sessions", "rate_mbit", "mbps", "iops", "per_session_mbps",
+           "lat_p50_ms", "rtt_ms", "seconds", "status", "error"]
+KEY = ["delay_ms", "sessions"]
+RATE_MBIT = 200.0   # the path's bottleneck (seed 004 used 1 Gbit/s; scaled to this machine)
+SIZE = "1M"
+
+
+def settings(quick: bool) -> tuple[list[float], list[int], int]:
+    if quick:
+        return [50.0], [1, 2, 4, 8], 16
+    return [10.0, 20.0, 50.0, 100.0], [1, 2, 4, 8, 16, 32], 32
+
+
+def run(out: Path, quick: bool, time_s: float | None = None) -> int:
+    delays, counts, hi = settings(quick)
+    sweep = SweepCSV(out / "sessions.csv", COLUMNS, KEY)
+    progress = Progress("sessions", len(delays) * (len(counts) + 8))
+    search_rows: list[dict[str, float]] = []
+    failed = 0
+    for d in delays:
+        # Long paths need longer runs: slow start alone takes ~log2(window) round trips.
+        secs = time_s or ((2.0 if quick else 3.0) + 30 * 2 * d / 1e3)
+        points = [{"delay_ms": d, "sessions": s, "rate_mbit": RATE_MBIT} for s in counts]
+        try:
+            with repro_run.testbed(repro_run.unique_name("rs"), delay_ms=d,
+                                   rate_mbit=RATE_MBIT) as tb:
+                rtt = repro_run.ping_rtt_ms(tb)
+
+                def meas(p: Row, tb: repro_run.Testbed = tb, rtt: float = rtt,
+                         secs: float = secs) -> Row:
+                    r = repro_run.run_gen(tb, SIZE, secs, queue_depth=1,
+                                          sessions=int(p["sessions"]), allow_stall=True)
+                    # Too many sessions overflow the path's queue; Reno then backs off to
+                    # retransmission timeouts and a session can stall past gen's timeout:
+                    # the figures until then are the point (a collapse), noted as such.
+                    note = ("stalled: no data for 10 s (gen timeout), partial figures"
+                            if r.raw.get("exit") == repro_run.GEN_EXIT_TIMEOUT else "")
+                    return {"error": note, "mbps": round(r.mbps, 3), "iops": round(r.iops, 2),
+                            "per_session_mbps": round(r.mbps / int(p["sessions"]), 3),
+                            "lat_p50_ms": r.lat_p50_ms, "rtt_ms": rtt,
+                            "seconds": round(r.seconds, 3)}
+
+                def summary(r: Row) -> str:
+                    return f"{num(r, 'mbps'):.2f} MB/s"
+
+                rows = run_points(sweep, points, meas, progress, summary)
+                failed += sum(r.get("status") != "ok" for r in rows)
+
+                def f(n: int, d: float = d, meas=meas, summary=summary) -> float:  # noqa: ANN001
+                    row = run_points(sweep, [{"delay_ms": d, "sessions": n,
+                                              "rate_mbit": RATE_MBIT}], meas, progress,
+                                     summary)[0]
+                    return num(row, "mbps", 0.0)
+
+                res = golden_section_grid(f, geometric_grid(1, hi))
+                for step, (n, v) in enumerate(res.path, 1):
+                    search_rows.append({"delay_ms": d, "step": step, "sessions": n, "mbps": v})
+                print(f"sessions: {d:g} ms: golden-section pick {res.best} sessions "
+                      f"({res.value:.2f} MB/s) after {len(res.path)} evaluations",
+                      flush=True)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the next delay may still work
+            print(f"sessions: {d:g} ms failed: {exc}", flush=True)
+            failed += 1
+    _write_search(out, search_rows, delays)
+    return finish(out, failed)
+
+
+def _write_search(out: Path, rows: list[dict[str, float]], delays: list[float]) -> None:
+    """The search path per delay; delays not searched this run keep their earlier path."""
+    path = out / "sessions-search.csv"
+    keep: list[dict[str, str]] = []
+    if path.exists():
+        with path.open(newline="") as fh:
+            keep = [r for r in csv.DictReader(fh)
+                    if float(r["delay_ms"]) not in {float(x["delay_ms"]) for x in rows}]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["delay_ms", "step", "sessions", "mbps"])
+        w.writeheader()
+        w.writerows(keep)
+        w.writerows(rows)
+
+
+def knee(part: pd.DataFrame, share: float = 0.9) -> int:
+    """Fewest sessions reaching `share` of the best throughput (robust to a noisy plateau)."""
+    best = part["mbps"].max()
+    return int(part[part["mbps"] >= share * best]["sessions"].min())
+
+
+def load(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    df = pd.read_csv(out / "sessions.csv")
+    df = df[df["status"] == "ok"].copy()
+    sp = out / "sessions-search.csv"
+    search = pd.read_csv(sp) if sp.exists() else pd.DataFrame(
+        columns=["delay_ms", "step", "sessions", "mbps"])
+    return df, search
+
+
+def finish(out: Path, failed: int = 0) -> int:
+    df, search = load(out)
+    if df.empty:
+        print("sessions: no point measured")
+        return 1
+    repro_plot.plot_sessions(df, search, out / "repro-sessions.png",
+                             f"Aggregate READ throughput vs parallel sessions, path "
+                             f"{RATE_MBIT:g} Mbit/s (seed 004 fig. 4)")
+    print(df.pivot_table(index="sessions", columns="delay_ms", values="mbps").round(2)
+          .to_string())
+    for d, part in df.groupby("delay_ms"):
+        one = part[part["sessions"] == 1]["mbps"]
+        print(f"sessions: {d:g} ms: 1 session {float(one.iloc[0]) if len(one) else 0:.2f} MB/s, "
+              f"best {part['mbps'].max():.2f} MB/s, 90% of best from {knee(part)} sessions")
+    print(f"sessions: wrote {out / 'sessions.csv'}, {out / 'sessions-search.csv'}, "
+          f"{out / 'repro-sessions.png'}")
+    if failed:
+        print(f"sessions: {failed} point(s) failed (see the CSV's error column)")
+    return 1 if failed else 0

@@ -1,0 +1,147 @@
+"""Experiment `window` (seed 002, figs. 10/11): READ throughput against delay for several TCP
+receive-buffer sizes and MSS values, against the one-window-per-round-trip bound.
+
+The initiator's receive buffer is fixed per point (net.ipv4.tcp_rmem in its namespace, with
+autotuning off so the buffer stays what was set) and its MSS is set with the route metric
+`advmss`. The window the target actually sees is read from the target's socket (`ss`: snd_wnd,
+mss) in the middle of each run, so the bound window/RTT is measured, not assumed: Linux
+advertises only part of a buffer (its share scales with segment overhead, so a small MSS gets
+a smaller window from the same buffer). Reads keep two buffers' worth in flight so only the
+window can hold them back. (A route `window` metric would be the direct knob, but this kernel
+lets receive-buffer handling lift that clamp, so it bounds nothing.)
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+from istrace.reproduce import model
+from istrace.reproduce import plot as repro_plot
+from istrace.reproduce import run as repro_run
+from istrace.reproduce.sweep import Progress, Row, SweepCSV, num
+
+COLUMNS = ["vary", "buffer", "mss", "delay_ms", "mbps", "window", "mss_seen", "bound_mbps",
+           "ratio", "rwnd_limited_pct", "rtt_ms", "seconds", "status", "error"]
+KEY = ["vary", "buffer", "mss", "delay_ms"]
+DEFAULT_MSS = 1460
+MSS_BUFFER = 64 << 10  # the MSS series share one buffer size
+
+
+def plan(quick: bool) -> list[Row]:
+    if quick:
+        delays = [2, 10, 50]
+        buffers = [32 << 10, 256 << 10]
+        mss = [536, 1460]
+    else:
+        delays = [1, 2, 5, 10, 20, 50]
+        buffers = [16 << 10, 64 << 10, 256 << 10, 1 << 20]
+        mss = [256, 536, 1460]
+    pts: list[Row] = []
+    for d in delays:
+        pts += [{"vary": "buffer", "buffer": b, "mss": DEFAULT_MSS, "delay_ms": d}
+                for b in buffers]
+        pts += [{"vary": "mss", "buffer": MSS_BUFFER, "mss": m, "delay_ms": d} for m in mss]
+    return pts
+
+
+def sender_view(tb: repro_run.Testbed) -> dict[str, float]:
+    """snd_wnd, mss and rwnd-limited share of the target's iSCSI connection (from `ss -ti`)."""
+    out = tb.run_tgt(["ss", "-tni", "state", "established", "( sport = :3260 )"],
+                     capture_output=True).stdout
+    got: dict[str, float] = {}
+    for key, pat in (("window", r"snd_wnd:(\d+)"), ("mss_seen", r"\bmss:(\d+)"),
+                     ("rwnd_limited_pct", r"rwnd_limited:\S+?\(([0-9.]+)%\)")):
+        m = re.search(pat, out)
+        if m:
+            got[key] = float(m.group(1))
+    return got
+
+
+def measure(tb: repro_run.Testbed, p: Row, secs: float, rtt_ms: float) -> Row:
+    buf, mss = int(p["buffer"]), int(p["mss"])
+    repro_run.fixed_receive_buffer(tb, buf)
+    repro_run.set_route_metrics(tb, advmss=mss)
+    size = max(16 << 10, -(-buf // (32 << 10)) * (16 << 10))  # 4 x size = 2 buffers
+    argv = [repro_run.gen_binary(), "--portal", tb.portal, "--target", tb.iqn,
+            "--size", str(size), "--queue-depth", "4", "--time", f"{secs:g}", "--json",
+            "--quiet"]
+    proc = tb.popen_ini(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    views = []
+    try:
+        for frac in (0.4, 0.75):  # the window once slow start is over, twice
+            time.sleep(secs * frac - (secs * 0.4 if frac > 0.4 else 0))
+            views.append(sender_view(tb))
+        stdout, stderr = proc.communicate(timeout=secs + 60)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise repro_run.ReproError(f"istrace-gen failed ({proc.returncode}): "
+                                   f"{stderr.strip()[-200:]}")
+    r = repro_run.parse_gen_json(stdout)
+    window = max((v.get("window", 0.0) for v in views), default=0.0)
+    if window <= 0:
+        raise repro_run.ReproError("could not read the target's snd_wnd with ss")
+    bound = model.window_bound(window, rtt_ms / 1e3) / model.MB
+    seen = [v for v in views if "mss_seen" in v]
+    return {"mbps": round(r.mbps, 4), "window": int(window),
+            "mss_seen": int(seen[-1]["mss_seen"]) if seen else "",
+            "rwnd_limited_pct": views[-1].get("rwnd_limited_pct", ""),
+            "bound_mbps": round(bound, 4), "ratio": round(r.mbps / bound, 3),
+            "rtt_ms": rtt_ms, "seconds": round(r.seconds, 3)}
+
+
+def run(out: Path, quick: bool, time_s: float | None = None) -> int:
+    secs = time_s or (2.0 if quick else 3.0)
+    sweep = SweepCSV(out / "window.csv", COLUMNS, KEY)
+    points = plan(quick)
+    progress = Progress("window", len(points))
+    rtts: dict[float, float] = {}
+
+    def meas(tb: repro_run.Testbed, p: Row) -> Row:
+        d = float(p["delay_ms"])
+        if d not in rtts:
+            rtts[d] = repro_run.ping_rtt_ms(tb)
+        return measure(tb, p, secs, rtts[d])
+
+    rows = repro_run.run_grouped(
+        sweep, points, group=lambda p: (p["delay_ms"],),
+        bed=lambda p: {"delay_ms": float(p["delay_ms"])}, tag="rw", measure=meas,
+        progress=progress,
+        summary=lambda r: (f"{num(r, 'mbps'):.2f} MB/s, window {num(r, 'window'):.0f} B "
+                           f"(bound {num(r, 'bound_mbps'):.2f})"))
+    return finish(out, failed=sum(r.get("status") != "ok" for r in rows))
+
+
+def load(out: Path) -> pd.DataFrame:
+    df = pd.read_csv(out / "window.csv")
+    return df[df["status"] == "ok"].copy()
+
+
+def finish(out: Path, failed: int = 0) -> int:
+    df = load(out)
+    if df.empty:
+        print("window: no point measured")
+        return 1
+    repro_plot.plot_window(df, out / "repro-window.png",
+                           "READ throughput vs delay per receive buffer and MSS "
+                           "(seed 002 figs. 10/11)")
+    for vary, part in df.groupby("vary"):
+        cols = "buffer" if vary == "buffer" else "mss"
+        print(f"window: varying {vary}: MB/s")
+        print(part.pivot_table(index="delay_ms", columns=cols, values="mbps").round(3)
+              .to_string())
+        print(f"window: varying {vary}: advertised window seen by the target (bytes)")
+        print(part.pivot_table(index="delay_ms", columns=cols, values="window").round(0)
+              .to_string())
+    print(f"window: measured / (window/RTT) median {df['ratio'].median():.2f}, "
+          f"max {df['ratio'].max():.2f}")
+    print(f"window: wrote {out / 'window.csv'}, {out / 'repro-window.png'}")
+    if failed:
+        print(f"window: {failed} point(s) failed (see the CSV's error column)")
+    return 1 if failed else 0

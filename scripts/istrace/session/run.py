@@ -1,0 +1,492 @@
+"""`istrace capture`: run a workload and record both ends of the path.
+
+    istrace capture --delay 16ms --workload 'gen --size 4M --time 10' --out DIR
+
+Brings a testbed up (or uses the running one named by --name), starts tcpdump on the
+initiator end and the target end, the BPF probes on both ends when they are built, runs the
+workload in the initiator namespace, then stops probes and captures in that order and writes
+DIR/meta.json. A capture that lost packets says so loudly. With --initiator-host/--target-host
+the same runs on two real machines over ssh and the files are fetched back into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from istrace.capture import meta as capture_meta
+from istrace.session.hosts import Host
+from istrace.system import paths
+from istrace.testbed import namespaces as testbed
+from istrace.testbed import state as testbed_state
+
+BUFFER_KIB = 524288  # tcpdump -B: the default buffer drops about half of a bulk read
+
+
+class CaptureError(RuntimeError):
+    pass
+
+
+class Interrupted(Exception):
+    """SIGTERM (or SIGINT) arrived: stop in order and keep what was written."""
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def _log(msg: str) -> None:
+    print(f"capture: {msg}", file=sys.stderr, flush=True)
+
+
+def build_workload(cmd: str, portal: str, iqn: str, chap: tuple[str, str] | None,
+                   gen_path: str) -> str:
+    """The shell command the initiator runs: `gen ...` becomes istrace-gen with the target."""
+    words = shlex.split(cmd)
+    if not words:
+        raise CaptureError("empty --workload")
+    if words[0] == "gen":
+        extra = []
+        if "--portal" not in words:
+            extra += ["--portal", portal]
+        if "--target" not in words and "--discover" not in words:
+            extra += ["--target", iqn]
+        if chap and "--chap-user" not in words:
+            extra += ["--chap-user", chap[0], "--chap-secret", chap[1]]
+        return shlex.join([gen_path, *extra, *words[1:]])
+    return cmd
+
+
+def workload_env(portal: str, iqn: str, chap: tuple[str, str] | None) -> dict[str, str]:
+    auth = f"{chap[0]}%{chap[1]}@" if chap else ""
+    return {"ISTRACE_PORTAL": portal, "ISTRACE_IQN": iqn,
+            "ISTRACE_TARGET_IP": portal.rsplit(":", 1)[0],
+            "ISTRACE_LUN_URL": f"iscsi://{auth}{portal}/{iqn}/1"}
+
+
+def remote_clock(h: Host) -> dict[str, Any]:
+    """The host's kernel and a rough clock reading bracketed by ours (ssh round trip = bound)."""
+    before = time.time_ns()
+    r = h.run("date +%s%N; uname -r; hostname")
+    after = time.time_ns()
+    lines = r.stdout.split()
+    info: dict[str, Any] = {"local_before_ns": before, "local_after_ns": after}
+    if r.returncode == 0 and len(lines) >= 3 and lines[0].isdigit():
+        remote = int(lines[0])
+        info.update(remote_ns=remote, kernel=lines[1], hostname=lines[2],
+                    offset_ns_estimate=remote - (before + after) // 2,
+                    bound_ns=(after - before) // 2)
+    else:
+        info["error"] = (r.stderr or r.stdout).strip()[:200]
+    return info
+
+
+class Session:
+    """One capture: everything it started, so that any exit path stops it in order."""
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
+        self.out = Path(a.out).resolve()
+        self.tb: testbed.Testbed | None = None
+        self.own_testbed = False
+        self.hosts: list[Host] = []
+        self.tcpdumps: dict[str, subprocess.Popen[bytes]] = {}
+        self.probes: dict[str, Any] = {}
+        self.workload: subprocess.Popen[bytes] | None = None
+        self.meta: dict[str, Any] = {"status": "starting", "out": str(self.out)}
+
+    # ---- meta.json, rewritten at every step so a killed capture still leaves one --------------
+    def save_meta(self) -> None:
+        tmp = self.out / "meta.json.tmp"
+        tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, self.out / "meta.json")
+
+    # ---- setup ----------------------------------------------------------------------------------
+    def setup_hosts(self) -> None:
+        a = self.a
+        if a.initiator_host or a.target_host:
+            if not (a.initiator_host and a.target_host and a.portal and a.iqn):
+                raise CaptureError("real hosts need --initiator-host, --target-host, "
+                                   "--portal and --iqn")
+            work = f"{a.remote_dir}/{self.out.name}-{os.getpid()}"  # + role: one dir per host
+            self.hosts = [Host.ssh("initiator", a.ssh_cmd, a.initiator_host, f"{work}-i",
+                                   a.initiator_iface),
+                          Host.ssh("target", a.ssh_cmd, a.target_host, f"{work}-t",
+                                   a.target_iface)]
+            self.portal = a.portal if ":" in a.portal else f"{a.portal}:3260"
+            self.iqn = a.iqn
+            self.chap = (a.chap_user, a.chap_secret) if a.chap_user and a.chap_secret else None
+            self.meta["testbed"] = {"mode": "ssh", "initiator_host": a.initiator_host,
+                                    "target_host": a.target_host, "portal": self.portal,
+                                    "iqn": self.iqn, "ssh_cmd": a.ssh_cmd}
+            for h in self.hosts:
+                h.prepare()
+            self.meta["clock"] = {"same_host_clock": False, "hosts": {
+                h.role: remote_clock(h) for h in self.hosts}}
+            return
+        state = testbed_state.load(a.name)
+        if state is not None and state.get("ready"):
+            _log(f"using the running testbed {a.name} (its path settings apply)")
+            self.tb = testbed.Testbed.attach(a.name)
+        else:
+            cfg = testbed.config_from_args(a)
+            self.tb = testbed.Testbed(cfg)
+            _log(f"bringing testbed {cfg.name} up (delay {cfg.one_way()} ms, "
+                 f"rate {cfg.rate_mbit or 'unlimited'} Mbit/s, loss {cfg.loss:.4%})")
+            self.own_testbed = True
+            self.tb.up()
+        tb = self.tb
+        self.meta["testbed"] = {"mode": "netns", **tb.describe(),
+                                "created_by_capture": self.own_testbed,
+                                "compensate_us": tb.state.get("compensate_us")}
+        self.portal, self.iqn = tb.portal, tb.iqn
+        self.chap = ((tb.cfg.chap_user, tb.cfg.chap_secret)
+                     if tb.cfg.chap_user and tb.cfg.chap_secret else None)
+        self.hosts = [Host.netns("initiator", tb.ini_ns, self.out, tb.ini_dev),
+                      Host.netns("target", tb.tgt_ns, self.out, tb.tgt_dev)]
+        self.meta["clock"] = {"same_host_clock": True,
+                              "note": "both ends are namespaces of one host: one CLOCK_REALTIME, "
+                                      "offset 0 exactly"}
+
+    def start_tcpdumps(self) -> None:
+        a = self.a
+        for h in self.hosts:
+            pcap = h.path(f"{h.role}.pcap")
+            # Immediate mode hands each packet to tcpdump as it arrives: without it, packets
+            # still in the kernel ring when tcpdump stops are counted but never written.
+            argv = ["tcpdump", "-i", h.iface, "-B", str(a.buffer_kib), "-s", str(a.snaplen),
+                    "--immediate-mode", "-n", "-Z", "root", "-w", pcap]
+            cmd = h.background(f"tcpdump-{h.role}", shlex.join(argv))
+            if a.filter:
+                cmd += " " + shlex.quote(a.filter)
+            err = open(self.out / f"tcpdump-{h.role}.log", "wb")  # noqa: SIM115
+            proc = h.popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+            err.close()
+            self.tcpdumps[h.role] = proc
+            if self.tb is not None:
+                self.tb.record_pid(proc.pid, f"tcpdump-{h.role}")
+        deadline = time.monotonic() + 15
+        for role, proc in self.tcpdumps.items():
+            log = self.out / f"tcpdump-{role}.log"
+            while "listening on" not in log.read_text(errors="replace"):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise CaptureError(f"tcpdump on the {role} did not start: "
+                                       f"{log.read_text(errors='replace').strip()[-300:]}")
+                time.sleep(0.05)
+        _log(f"tcpdump running on both ends (-B {a.buffer_kib} KiB)")
+
+    def start_probes(self, gen_used: bool) -> None:
+        status: dict[str, Any] = {}
+        self.meta["probes"] = status
+        if self.a.no_probes:
+            for h in self.hosts:
+                status[h.role] = {"status": "probes unavailable: disabled (--no-probes)"}
+            return
+        if self.tb is None:
+            self._start_remote_probes(status, gen_used)
+            return
+        try:
+            exe = paths.binary("istrace-probe")
+            from istrace.probe.loader import Probe, ProbeError
+        except (paths.MissingBinary, ImportError) as exc:
+            for h in self.hosts:
+                status[h.role] = {"status": f"probes unavailable: {exc}"}
+            _log(f"probes unavailable: {exc}")
+            return
+        tb = self.tb
+        tgtd = [p["pid"] for p in tb.state.get("pids", []) if p.get("what") == "tgtd"]
+        args = {"initiator": ["--host", "initiator", "--netns", tb.ini_ns],
+                "target": ["--host", "target", "--netns", tb.tgt_ns]}
+        if gen_used:
+            try:
+                args["initiator"] += ["--usdt", str(paths.binary("istrace-gen"))]
+            except paths.MissingBinary:
+                pass
+        if tgtd:
+            args["target"] += ["--tgtd", str(tgtd[0])]
+        for role, extra in args.items():
+            out = self.out / f"events-{role}.jsonl"
+            probe = Probe(out, extra, stderr_path=self.out / f"probe-{role}.log")
+            try:
+                probe.start()
+            except ProbeError as exc:
+                status[role] = {"status": f"probes unavailable: {exc}"}
+                _log(f"{role} probes unavailable: {exc}")
+                continue
+            assert probe.proc is not None
+            tb.record_pid(probe.proc.pid, f"probe-{role}")
+            self.probes[role] = probe
+            status[role] = {"status": "running", "file": out.name, "binary": str(exe),
+                            "args": extra}
+        _log(f"probes: {', '.join(self.probes) or 'none'}")
+
+    def _start_remote_probes(self, status: dict[str, Any], gen_used: bool) -> None:
+        for h in self.hosts:
+            extra = ["--host", h.role] + (["--usdt", "istrace-gen"]
+                                          if gen_used and h.role == "initiator" else [])
+            argv = ["istrace", "probe", "--out", h.path(f"events-{h.role}.jsonl"), *extra]
+            err = open(self.out / f"probe-{h.role}.log", "wb")  # noqa: SIM115
+            h.popen(h.background(f"probe-{h.role}", shlex.join(argv)),
+                    stdout=subprocess.DEVNULL, stderr=err)
+            err.close()
+            status[h.role] = {"status": "running (remote)", "file": f"events-{h.role}.jsonl"}
+        time.sleep(self.a.remote_probe_wait)
+
+    # ---- the workload -------------------------------------------------------------------------
+    def run_workload(self) -> int:
+        a = self.a
+        ini = self.hosts[0]
+        gen_path = "istrace-gen"
+        if not ini.remote:
+            try:
+                gen_path = str(paths.binary("istrace-gen"))
+            except paths.MissingBinary as exc:
+                if shlex.split(a.workload)[:1] == ["gen"]:
+                    raise CaptureError(str(exc)) from None
+        cmd = build_workload(a.workload, self.portal, self.iqn, self.chap, gen_path)
+        env = workload_env(self.portal, self.iqn, self.chap)
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        shell = ini.background("workload", f"env {exports} sh -c {shlex.quote(cmd)}")
+        self.meta["workload"] = {"command": a.workload, "effective": cmd, "env": env,
+                                 "stdout": "workload.stdout", "stderr": "workload.stderr",
+                                 "timeout_s": a.timeout}
+        self.save_meta()
+        _log(f"workload: {cmd}")
+        with open(self.out / "workload.stdout", "wb") as so, \
+                open(self.out / "workload.stderr", "wb") as se:
+            self.workload = ini.popen(shell, stdout=so, stderr=se)
+        if self.tb is not None:
+            self.tb.record_pid(self.workload.pid, "workload")
+        t0 = time.monotonic()
+        try:
+            rc = self.workload.wait(timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            _log(f"workload still running after {a.timeout} s: stopping it")
+            self.stop_workload()
+            rc = 124
+        self.meta["workload"].update(returncode=rc, seconds=round(time.monotonic() - t0, 3))
+        return rc
+
+    def stop_workload(self) -> None:
+        w = self.workload
+        if w is None or w.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGINT, 5), (signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+            try:
+                os.killpg(w.pid, sig)
+            except ProcessLookupError:
+                break
+            if self.hosts[0].remote:
+                self.hosts[0].stop("workload", sig.name[3:])
+            try:
+                w.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    # ---- stop, in order: workload, probes, captures ----------------------------------------------
+    def stop_all(self) -> None:
+        self.stop_workload()
+        for role, probe in self.probes.items():
+            rc = probe.stop()
+            self.meta["probes"][role].update(status="ok" if rc in (0, -2, 130) else
+                                             f"probe exited {rc}", returncode=rc)
+        if self.tb is None:
+            for h in self.hosts:
+                if "probes" in self.meta and h.role in self.meta["probes"] \
+                        and not self.a.no_probes:
+                    h.stop(f"probe-{h.role}", "INT")
+        for role, proc in self.tcpdumps.items():
+            host = next(h for h in self.hosts if h.role == role)
+            if host.remote:
+                host.stop(f"tcpdump-{role}", "TERM")
+            elif proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.tcpdumps.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def gather(self) -> None:
+        caps: dict[str, Any] = {}
+        total = 0
+        for h in self.hosts:
+            name = f"{h.role}.pcap"
+            fetched = h.fetch(name, self.out / name)
+            if h.remote and "probes" in self.meta and not self.a.no_probes:
+                h.fetch(f"events-{h.role}.jsonl", self.out / f"events-{h.role}.jsonl")
+            log = (self.out / f"tcpdump-{h.role}.log").read_text(errors="replace") \
+                if (self.out / f"tcpdump-{h.role}.log").exists() else ""
+            counts = capture_meta.tcpdump_counts(log)
+            drops = (counts["dropped_by_kernel"] or 0) + (counts["dropped_by_interface"] or 0)
+            total += drops
+            pcap = self.out / name
+            caps[h.role] = {"file": name, "iface": h.iface, "snaplen": self.a.snaplen,
+                            "buffer_kib": self.a.buffer_kib, "filter": self.a.filter or None,
+                            "bytes": pcap.stat().st_size if pcap.exists() else 0,
+                            "fetched": fetched, **counts,
+                            "counts_known": counts["dropped_by_kernel"] is not None}
+            h.cleanup()
+            if not h.remote:
+                for stale in self.out.glob(f"*-{h.role}.pid"):
+                    stale.unlink(missing_ok=True)
+        (self.out / "workload.pid").unlink(missing_ok=True)
+        self.meta["captures"] = caps
+        self.meta["drops_total"] = total
+        self.meta["complete"] = total == 0 and all(c["counts_known"] for c in caps.values())
+        if total:
+            self.meta.setdefault("warnings", []).append(
+                f"capture lost {total} packets (tcpdump kernel drops): timings and throughput "
+                "decoded from it are incomplete")
+        for role, c in caps.items():
+            seen, kept = c.get("received_by_filter"), c.get("packets_captured")
+            if seen is not None and kept is not None and seen > kept + (c.get(
+                    "dropped_by_kernel") or 0):
+                self.meta.setdefault("warnings", []).append(
+                    f"{role} capture: {seen - kept} packets passed the filter but were not "
+                    "written before tcpdump stopped")
+        if self.tb is not None and self.tb.emulator == "dummynet":
+            stats = self.tb.run_dir / "dummynet.json"
+            if stats.exists():
+                self.meta["path_stats"] = json.loads(stats.read_text())
+        self.meta["negotiated"] = capture_meta.negotiated(self.out / "initiator.pcap")
+
+    def teardown(self) -> None:
+        if self.tb is not None and self.own_testbed and not self.a.keep:
+            _log(f"bringing testbed {self.tb.cfg.name} down")
+            try:
+                self.tb.down()
+            except testbed.TestbedError as exc:
+                _log(f"testbed down: {exc} (run `istrace testbed down --name "
+                     f"{self.tb.cfg.name}`)")
+
+
+def _summary(meta: dict[str, Any]) -> int:
+    caps = meta.get("captures", {})
+    for role, c in caps.items():
+        print(f"  {role:9} {c['file']}: {c.get('packets_captured')} packets, "
+              f"{c.get('dropped_by_kernel')} dropped by kernel, {c['bytes']} bytes")
+    w = meta.get("workload", {})
+    print(f"  workload  exit {w.get('returncode')} after {w.get('seconds')} s "
+          f"(output in workload.stdout / workload.stderr)")
+    for role, p in meta.get("probes", {}).items():
+        print(f"  probes    {role}: {p.get('status')}")
+    drops = meta.get("drops_total", 0)
+    if drops:
+        bar = "!" * 72
+        print(f"{bar}\n!! WARNING: the capture LOST {drops} packets (tcpdump kernel drops):"
+              f"\n!! decoded timings and throughput from it are incomplete.\n{bar}",
+              file=sys.stderr)
+    elif caps and not meta.get("complete"):
+        print("WARNING: tcpdump did not report its drop counters; completeness unknown",
+              file=sys.stderr)
+    return drops
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="istrace capture", description=__doc__.split("\n")[0])
+    testbed.add_path_args(ap)
+    ap.set_defaults(name="cap")
+    ap.add_argument("--workload", required=True,
+                    help="'gen ARGS' (istrace-gen, target filled in) or any shell command; "
+                         "$ISTRACE_PORTAL, $ISTRACE_IQN, $ISTRACE_TARGET_IP, $ISTRACE_LUN_URL "
+                         "are set")
+    ap.add_argument("--out", required=True, help="capture directory")
+    ap.add_argument("--snaplen", type=int, default=0, help="bytes per packet (0 = all)")
+    ap.add_argument("--filter", default="", help="pcap filter (default: everything)")
+    ap.add_argument("--buffer-kib", type=int, default=BUFFER_KIB,
+                    help=f"tcpdump -B, KiB (default {BUFFER_KIB}; smaller ones drop packets)")
+    ap.add_argument("--timeout", type=float, default=3600, help="workload time limit, s")
+    ap.add_argument("--settle", type=float, default=0.5,
+                    help="seconds to keep capturing after the workload ends")
+    ap.add_argument("--no-probes", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="leave the testbed up afterwards")
+    ap.add_argument("--initiator-host", help="real initiator host (ssh)")
+    ap.add_argument("--target-host", help="real target host (ssh)")
+    ap.add_argument("--ssh-cmd", default="ssh -o BatchMode=yes",
+                    help="command that runs one shell command on a host: CMD HOST 'command'")
+    ap.add_argument("--initiator-iface", default="eth0")
+    ap.add_argument("--target-iface", default="eth0")
+    ap.add_argument("--portal", help="target portal IP[:PORT] (real hosts)")
+    ap.add_argument("--iqn", help="target IQN (real hosts)")
+    ap.add_argument("--remote-dir", default="/tmp/istrace-capture")
+    ap.add_argument("--remote-probe-wait", type=float, default=3.0,
+                    help="seconds to let remote probes attach")
+    a = ap.parse_args(argv)
+    if a.snaplen < 0:
+        ap.error("--snaplen must be >= 0")
+    if a.buffer_kib < 1:
+        ap.error("--buffer-kib must be >= 1")
+    return a
+
+
+def main(argv: list[str]) -> int:
+    if "--kernel" in argv:  # workload inside the full-kernel VM testbed
+        from istrace.testbed import vm as vmtestbed
+        return vmtestbed.main_capture([x for x in argv if x != "--kernel"])
+    a = parse_args(argv)
+    if os.geteuid() != 0 and not a.initiator_host:
+        print("istrace capture: must run as root (namespaces, tcpdump)", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"istrace capture: cannot create {out}: {exc}", file=sys.stderr)
+        return 2
+    s = Session(a)
+    s.meta.update(started_ns=time.time_ns(), argv=["istrace", "capture", *argv],
+                  host=capture_meta.host_info(), tools=capture_meta.tool_versions(),
+                  clock_start=capture_meta.clock_info())
+    old_term = signal.signal(signal.SIGTERM, _on_signal)
+    rc = 1
+    try:
+        s.save_meta()
+        s.setup_hosts()
+        s.meta["status"] = "capturing"
+        s.save_meta()
+        s.start_tcpdumps()
+        gen_used = shlex.split(a.workload)[:1] == ["gen"]
+        s.start_probes(gen_used)
+        s.save_meta()
+        wrc = s.run_workload()
+        time.sleep(a.settle + sum(s.tb.cfg.one_way()) / 1000 if s.tb else a.settle)
+        s.meta["status"] = "ok" if wrc == 0 else "workload_failed"
+        rc = 0 if wrc == 0 else 3
+    except (KeyboardInterrupt, Interrupted) as exc:
+        _log(f"interrupted ({exc or 'SIGINT'}): stopping in order")
+        s.meta["status"] = "interrupted"
+        rc = 130
+    except (CaptureError, testbed.TestbedError, ValueError, OSError,
+            subprocess.SubprocessError, RuntimeError) as exc:
+        s.meta.update(status="error", error=str(exc))
+        print(f"istrace capture: {exc}", file=sys.stderr)
+        rc = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finish the cleanup, once
+        try:
+            s.stop_all()
+            s.gather()
+        except Exception as exc:  # noqa: BLE001 - never lose meta.json to a cleanup error
+            s.meta.setdefault("cleanup_errors", []).append(str(exc))
+        s.meta.update(ended_ns=time.time_ns(), clock_end=capture_meta.clock_info())
+        s.meta["duration_s"] = round((s.meta["ended_ns"] - s.meta["started_ns"]) / 1e9, 3)
+        s.save_meta()
+        s.teardown()
+        signal.signal(signal.SIGTERM, old_term)
+    print(f"capture {s.meta['status']}: {out}")
+    _summary(s.meta)
+    return rc
+
+
+__all__ = ["main", "build_workload", "workload_env"]

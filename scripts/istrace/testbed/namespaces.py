@@ -1,0 +1,503 @@
+"""The built-in testbed: initiator and target namespaces, tgtd, and an emulated path.
+
+    from istrace.testbed.namespaces import Testbed, TestbedConfig
+    with Testbed(TestbedConfig(name="dec1", delay_ms=16)) as tb:
+        tb.run_ini(["iscsi-ls", f"iscsi://{tb.portal}"])
+
+Without path emulation the two namespaces share one veth pair. With a delay, rate, loss or
+queue limit a middle namespace routes every packet through TUN devices into the dummynet
+forwarder (scripts/dummynet), or through netem where the kernel has it. Addresses are the same
+either way (initiator 10.77.0.1, target 10.77.0.2), so captures always show one connection key.
+Everything created is recorded in /run/istrace/<name>/state.json first, so `istrace testbed
+down --name NAME` clears it even after a kill -9 of the process that built it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from istrace.system import netns
+from istrace.testbed import path as testbed_path
+from istrace.testbed import pattern
+from istrace.testbed import state as testbed_state
+from istrace.testbed import tgt as testbed_tgt
+
+INI_IP = "10.77.0.1"
+TGT_IP = "10.77.0.2"
+MID_IP = testbed_path.MID_IP
+ISCSI_PORT = 3260
+_NAME_RE = re.compile(r"^[a-z0-9]{1,6}$")
+
+
+@dataclass
+class TestbedConfig:
+    """Settings of one testbed. Delays in ms, rate in Mbit/s, loss a fraction (0.05 = 5%)."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    name: str = "ist"
+    delay_ms: float = 0.0                # one-way, both directions
+    delay_i2t_ms: float | None = None    # overrides delay_ms for initiator -> target
+    delay_t2i_ms: float | None = None    # overrides delay_ms for target -> initiator
+    rate_mbit: float = 0.0               # 0 = unlimited
+    loss: float = 0.0                    # drop probability per packet, each direction
+    queue: int = 0                       # forwarder queue limit in packets, 0 = default
+    txqueuelen: int = 0                  # transmit queue of each end's interface, 0 = default
+    nic_rate_mbit: float = 0.0           # each end's interface sends at most this (htb)
+    lun_mb: int = 64
+    lun2_mb: int = 0                     # optional second LUN (2), same pattern
+    targets: int = 1                     # more targets: IQN.t2, IQN.t3, ... each with a LUN 1
+    chap_user: str | None = None
+    chap_secret: str | None = None
+    chap_mutual_user: str | None = None  # target's own credentials for mutual CHAP
+    chap_mutual_secret: str | None = None
+    emulator: str = "auto"               # auto | dummynet | netem
+    offloads: bool = False               # leave TSO/GSO/GRO on (segments bigger than the wire)
+    seed: int = 1                        # loss RNG seed of the forwarder
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def one_way(self) -> tuple[float, float]:
+        i2t = self.delay_ms if self.delay_i2t_ms is None else self.delay_i2t_ms
+        t2i = self.delay_ms if self.delay_t2i_ms is None else self.delay_t2i_ms
+        return float(i2t), float(t2i)
+
+    def emulated(self) -> bool:
+        return any(self.one_way()) or self.rate_mbit > 0 or self.loss > 0 or self.queue > 0
+
+    def validate(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise ValueError(f"testbed name {self.name!r}: use 1-6 lower-case letters/digits")
+        for d in self.one_way():
+            if not 0 <= d <= 200:
+                raise ValueError(f"one-way delay {d} ms outside 0..200")
+        for rate in (self.rate_mbit, self.nic_rate_mbit):
+            if rate < 0 or rate > 100000:
+                raise ValueError(f"rate {rate} Mbit/s out of range")
+        if self.txqueuelen < 0 or self.queue < 0:
+            raise ValueError("queue lengths must be >= 0")
+        if not 0 <= self.loss < 1:
+            raise ValueError(f"loss {self.loss} must be a fraction in [0, 1)")
+        if not 1 <= self.targets <= 16:
+            raise ValueError(f"targets {self.targets}: 1..16")
+        if self.lun_mb < 1 or self.lun2_mb < 0:
+            raise ValueError("lun size must be >= 1 MiB")
+        if (self.chap_user is None) != (self.chap_secret is None):
+            raise ValueError("CHAP needs both a user and a secret")
+        if self.emulator not in ("auto", "dummynet", "netem"):
+            raise ValueError(f"emulator {self.emulator!r}: auto, dummynet or netem")
+
+
+class TestbedError(RuntimeError):
+    pass
+
+
+def owner_alive(state: dict[str, Any]) -> int | None:
+    """The pid of the live process that made this testbed, or None when it has exited.
+    Without a recorded start time (older state files) any live process of that pid counts."""
+    owner, start = state.get("owner_pid"), state.get("owner_start")
+    if not owner:
+        return None
+    now = testbed_state.proc_start(int(owner))
+    if now is not None and (start is None or now == start):
+        return int(owner)
+    return None
+
+
+class Testbed:
+    """One testbed; a context manager that brings it up on enter and down on exit."""
+
+    __test__ = False
+
+    def __init__(self, cfg: TestbedConfig) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        n = cfg.name
+        self.ini_ns, self.tgt_ns = f"ist-{n}-i", f"ist-{n}-t"
+        self.mid_ns: str | None = f"ist-{n}-m" if cfg.emulated() else None
+        self.ini_dev, self.tgt_dev = f"ist{n}-i", f"ist{n}-t"
+        self.ini_ip, self.tgt_ip = INI_IP, TGT_IP
+        self.portal = f"{TGT_IP}:{ISCSI_PORT}"
+        self.iqn = f"iqn.2026-11.org.istrace:{n}"
+        self.run_dir = testbed_state.run_dir(n)
+        self.lun_path = str(self.run_dir / "lun1.img")
+        self.lun2_path: str | None = str(self.run_dir / "lun2.img") if cfg.lun2_mb else None
+        # every target's IQN (tid k+1) and its LUN 1 file; the first is `iqn`/`lun_path`
+        self.iqns = [self.iqn] + [f"{self.iqn}.t{k}" for k in range(2, cfg.targets + 1)]
+        self.lun_paths = [self.lun_path] + [str(self.run_dir / f"lun1-t{k}.img")
+                                            for k in range(2, cfg.targets + 1)]
+        self.control_port = 0
+        self.emulator = "none"
+        self.state: dict[str, Any] = {}
+        self._owner = False
+
+    # ---- life cycle -------------------------------------------------------------------------
+    def __enter__(self) -> Testbed:
+        self.up()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.down()
+
+    @classmethod
+    def attach(cls, name: str) -> Testbed:
+        """The running testbed `name` (made by another process); down() is left to its owner."""
+        state = testbed_state.load(name)
+        if state is None:
+            raise TestbedError(f"no testbed named {name!r} (istrace testbed up --name {name})")
+        cfg = TestbedConfig(**{k: v for k, v in state["config"].items()
+                               if k in TestbedConfig.__dataclass_fields__})
+        tb = cls(cfg)
+        tb.state = state
+        tb.control_port = int(state.get("control_port", 0))
+        tb.emulator = state.get("emulator", "none")
+        return tb
+
+    def up(self) -> None:
+        self._clear_leftovers()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.state = {"name": self.cfg.name, "config": asdict(self.cfg), "netns": [],
+                      "root_links": [], "pids": [], "files": [], "created": time.time(),
+                      "owner_pid": os.getpid(),
+                      "owner_start": testbed_state.proc_start(os.getpid())}
+        self._owner = True
+        testbed_state.save(self.state)
+        try:
+            self._make_network()
+            self._make_target()
+            self.state["ready"] = True
+            testbed_state.save(self.state)
+        except BaseException:
+            self.down()
+            raise
+
+    def down(self) -> None:
+        """Remove every namespace, link, process and file this testbed made."""
+        state = testbed_state.load(self.cfg.name) or self.state
+        if not state:
+            return
+        problems = testbed_state.teardown(state)
+        if problems:
+            raise TestbedError("; ".join(problems))
+
+    @property
+    def tgtd_pid(self) -> int | None:
+        state = testbed_state.load(self.cfg.name) or self.state
+        pids = [int(p["pid"]) for p in state.get("pids", []) if p.get("what") == "tgtd"]
+        return pids[0] if pids else None
+
+    def _clear_leftovers(self) -> None:
+        old = testbed_state.load(self.cfg.name)
+        owner = owner_alive(old or {})
+        if owner and owner != os.getpid():
+            raise TestbedError(f"testbed {self.cfg.name!r} is in use by live process {owner}; "
+                               f"pick another name or `istrace testbed down --name "
+                               f"{self.cfg.name}`")
+        if old is not None:
+            print(f"testbed {self.cfg.name}: clearing the leftovers of an earlier run",
+                  file=sys.stderr)
+            testbed_state.teardown(old)
+        for ns in (self.ini_ns, self.tgt_ns, f"ist-{self.cfg.name}-m"):
+            if netns.ns_exists(ns):
+                testbed_state.teardown({"name": self.cfg.name, "netns": [ns]})
+
+    def _add_ns(self, ns: str) -> None:
+        self.state["netns"].append(ns)
+        testbed_state.save(self.state)
+        netns.ns_add(ns)
+
+    # ---- network ----------------------------------------------------------------------------
+    def _make_network(self) -> None:
+        self._add_ns(self.ini_ns)
+        self._add_ns(self.tgt_ns)
+        cfg = self.cfg
+        use_netem = False
+        if cfg.emulated() and cfg.emulator != "dummynet":
+            use_netem = testbed_path.netem_available(self.ini_ns)
+            if cfg.emulator == "netem" and not use_netem:
+                raise TestbedError("netem is not available in this kernel (use --emulator auto)")
+        if not cfg.emulated() or use_netem:
+            self.mid_ns = None
+            netns.veth(self.ini_dev, self.ini_ns, self.tgt_dev, self.tgt_ns)
+            for dev, ns, me, peer in ((self.ini_dev, self.ini_ns, INI_IP, TGT_IP),
+                                      (self.tgt_dev, self.tgt_ns, TGT_IP, INI_IP)):
+                netns.sh(["ip", "addr", "add", f"{me}/32", "peer", f"{peer}/32", "dev", dev],
+                         ns=ns)
+        else:
+            assert self.mid_ns is not None
+            self._add_ns(self.mid_ns)
+            testbed_path.routed_links(self, MID_IP)
+        for dev, ns in ((self.ini_dev, self.ini_ns), (self.tgt_dev, self.tgt_ns)):
+            # room for a 1 Gbit/s x 400 ms window: the path, not the socket, limits a transfer
+            netns.sysctl(ns, "net.ipv4.tcp_rmem", "4096 131072 67108864")
+            netns.sysctl(ns, "net.ipv4.tcp_wmem", "4096 16384 67108864")
+            if not cfg.offloads:
+                netns.offloads_off(dev, ns)
+            if cfg.txqueuelen or cfg.nic_rate_mbit:
+                testbed_path.set_txqueuelen(dev, ns, cfg.txqueuelen, cfg.nic_rate_mbit)
+        if cfg.emulated():
+            if use_netem:
+                self.emulator = "netem"
+                testbed_path.netem(self)
+            else:
+                self.emulator = "dummynet"
+                testbed_path.start_dummynet(self)
+        self.state.update(emulator=self.emulator, mid_ns=self.mid_ns, ini_ns=self.ini_ns,
+                          tgt_ns=self.tgt_ns, ini_ip=INI_IP, tgt_ip=TGT_IP)
+        testbed_state.save(self.state)
+        self._wait_path()
+        if self.emulator == "dummynet":
+            testbed_path.calibrate(self)
+            testbed_state.save(self.state)
+
+    def _wait_path(self) -> None:
+        """The path carries packets both ways (a ping answered) before anyone uses it."""
+        rtt_s = sum(self.cfg.one_way()) / 1000
+        for _ in range(20):
+            r = self.run_ini(["ping", "-c", "1", "-W", str(max(1, int(rtt_s * 4) + 1)),
+                              TGT_IP], capture_output=True)
+            if r.returncode == 0:
+                return
+        raise TestbedError(f"no ping answer from {TGT_IP} across the testbed path")
+
+    # ---- target -----------------------------------------------------------------------------
+    def _make_target(self) -> None:
+        cfg = self.cfg
+        for path in self.lun_paths:
+            self.state["files"].append(path)
+            testbed_state.save(self.state)
+            pattern.fill(path, cfg.lun_mb << 20)
+        if self.lun2_path:
+            self.state["files"].append(self.lun2_path)
+            pattern.fill(self.lun2_path, cfg.lun2_mb << 20)
+        self.control_port = testbed_tgt.pick_control_port(cfg.name)
+        self.state["control_port"] = self.control_port
+        self.state["files"] += testbed_tgt.socket_files(self.control_port)
+        testbed_state.save(self.state)
+        log = open(self.run_dir / "tgtd.log", "wb")  # noqa: SIM115 - the daemon owns it
+        proc = subprocess.Popen(testbed_tgt.tgtd_argv(self.tgt_ns, TGT_IP, self.control_port,
+                                                        self.run_dir),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
+        log.close()
+        testbed_state.add_pid(self.state, proc.pid, "tgtd", hard=True)
+        adm = testbed_tgt.Tgtadm(self.control_port)
+        adm.wait_ready(proc)
+        tids = list(range(1, len(self.iqns) + 1))
+        for tid, iqn, path in zip(tids, self.iqns, self.lun_paths, strict=True):
+            adm.add_target(tid, iqn)
+            adm.add_lun(tid, 1, path)
+            if tid == 1 and self.lun2_path:
+                adm.add_lun(1, 2, self.lun2_path)
+            adm.allow_all(tid)
+        if cfg.chap_user and cfg.chap_secret:
+            adm.chap(tids, cfg.chap_user, cfg.chap_secret)
+            if cfg.chap_mutual_user and cfg.chap_mutual_secret:
+                adm.chap(tids, cfg.chap_mutual_user, cfg.chap_mutual_secret, outgoing=True)
+        self.state.update(portal=self.portal, iqn=self.iqn, lun_path=self.lun_path,
+                          iqns=self.iqns, lun_paths=self.lun_paths)
+        testbed_state.save(self.state)
+
+    # ---- running things inside -----------------------------------------------------------------
+    def run_ini(self, cmd: list[str] | str, **kw: Any) -> subprocess.CompletedProcess[Any]:
+        kw.setdefault("text", True)
+        return subprocess.run(netns.in_ns(self.ini_ns, cmd), check=False, **kw)
+
+    def run_tgt(self, cmd: list[str] | str, **kw: Any) -> subprocess.CompletedProcess[Any]:
+        kw.setdefault("text", True)
+        return subprocess.run(netns.in_ns(self.tgt_ns, cmd), check=False, **kw)
+
+    def popen_ini(self, cmd: list[str] | str, **kw: Any) -> subprocess.Popen[Any]:
+        return subprocess.Popen(netns.in_ns(self.ini_ns, cmd), **kw)
+
+    def popen_tgt(self, cmd: list[str] | str, **kw: Any) -> subprocess.Popen[Any]:
+        return subprocess.Popen(netns.in_ns(self.tgt_ns, cmd), **kw)
+
+    def record_pid(self, pid: int, what: str) -> None:
+        """Note a process this testbed's `down` must stop (captures, probes, workloads)."""
+        state = testbed_state.load(self.cfg.name) or self.state
+        testbed_state.add_pid(state, pid, what)
+        self.state = state
+
+    def describe(self) -> dict[str, Any]:
+        i2t, t2i = self.cfg.one_way()
+        return {"name": self.cfg.name, "ini_ns": self.ini_ns, "tgt_ns": self.tgt_ns,
+                "mid_ns": self.mid_ns, "ini_ip": self.ini_ip, "tgt_ip": self.tgt_ip,
+                "ini_dev": self.ini_dev, "tgt_dev": self.tgt_dev,
+                "portal": self.portal, "iqn": self.iqn, "lun_path": self.lun_path,
+                "iqns": self.iqns,
+                "lun_mb": self.cfg.lun_mb, "emulator": self.emulator,
+                "delay_i2t_ms": i2t, "delay_t2i_ms": t2i, "rate_mbit": self.cfg.rate_mbit,
+                "loss": self.cfg.loss, "queue": self.cfg.queue,
+                "txqueuelen": self.cfg.txqueuelen, "nic_rate_mbit": self.cfg.nic_rate_mbit,
+                "offloads": self.cfg.offloads,
+                "chap": bool(self.cfg.chap_user), "control_port": self.control_port}
+
+
+# ---- command line -------------------------------------------------------------------------------
+def parse_delay(text: str) -> float:
+    """'16ms', '0.5s', '200us' or a bare number of ms -> milliseconds."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*(us|ms|s)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad delay {text!r} (e.g. 16ms)")
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0, None: 1.0}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def parse_rate(text: str) -> float:
+    """'1gbit', '500mbit', '800kbit', '100m' or a bare number of Mbit/s -> Mbit/s."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmg])?(bit|bps|b)?\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad rate {text!r} (e.g. 1gbit, 500mbit)")
+    scale = {"k": 0.001, "m": 1.0, "g": 1000.0, None: 1.0}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def parse_loss(text: str) -> float:
+    """'0.1%' -> 0.001; a bare number is a fraction."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad loss {text!r} (e.g. 0.1%)") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"loss {text!r} outside [0, 100%)")
+    return value
+
+
+def add_path_args(p: argparse.ArgumentParser) -> None:
+    """The path and target options `testbed up` and `capture` share."""
+    p.add_argument("--name", default="ist", help="testbed name, 1-6 chars (default ist)")
+    p.add_argument("--delay", type=parse_delay, default=0.0, help="one-way delay, e.g. 16ms")
+    p.add_argument("--delay-i2t", type=parse_delay, default=None)
+    p.add_argument("--delay-t2i", type=parse_delay, default=None)
+    p.add_argument("--rate", type=parse_rate, default=0.0, help="e.g. 1gbit, 500mbit")
+    p.add_argument("--loss", type=parse_loss, default=0.0, help="e.g. 0.1%%")
+    p.add_argument("--queue", type=int, default=0, help="forwarder queue limit, packets")
+    p.add_argument("--txqueuelen", type=int, default=0, help="each end's transmit queue")
+    p.add_argument("--nic-rate", type=parse_rate, default=0.0,
+                   help="each end's NIC sends at most this (its txqueuelen then overflows)")
+    p.add_argument("--lun-mb", type=int, default=64)
+    p.add_argument("--lun2-mb", type=int, default=0, help="second LUN (2) on the first target")
+    p.add_argument("--targets", type=int, default=1, help="targets: IQN, IQN.t2, ... (1-16)")
+    p.add_argument("--chap-user")
+    p.add_argument("--chap-secret")
+    p.add_argument("--chap-mutual-user")
+    p.add_argument("--chap-mutual-secret")
+    p.add_argument("--emulator", choices=("auto", "dummynet", "netem"), default="auto")
+    p.add_argument("--offloads", action="store_true", help="leave TSO/GSO/GRO on")
+
+
+def config_from_args(a: argparse.Namespace) -> TestbedConfig:
+    return TestbedConfig(name=a.name, delay_ms=a.delay, delay_i2t_ms=a.delay_i2t,
+                         delay_t2i_ms=a.delay_t2i, rate_mbit=a.rate, loss=a.loss,
+                         queue=a.queue, txqueuelen=a.txqueuelen, nic_rate_mbit=a.nic_rate,
+                         lun_mb=a.lun_mb, lun2_mb=a.lun2_mb, targets=a.targets,
+                         chap_user=a.chap_user, chap_secret=a.chap_secret,
+                         chap_mutual_user=a.chap_mutual_user,
+                         chap_mutual_secret=a.chap_mutual_secret, emulator=a.emulator,
+                         offloads=a.offloads)
+
+
+def _status(name: str | None) -> int:
+    root = testbed_state.RUN_ROOT
+    names = [name] if name else sorted(p.name for p in root.glob("*")
+                                       if (p / "state.json").exists())
+    if not names:
+        print("no testbeds")
+        return 0
+    rc = 0
+    for n in names:
+        state = testbed_state.load(n)
+        if state is None:
+            print(f"{n}: not up")
+            rc = 1
+            continue
+        alive = [p["what"] for p in state.get("pids", [])
+                 if testbed_state.proc_start(int(p["pid"])) == p.get("start")]
+        ns_ok = all(netns.ns_exists(ns) for ns in state.get("netns", []))
+        cfg = state.get("config", {})
+        print(json.dumps({"name": n, "ready": bool(state.get("ready")), "netns_ok": ns_ok,
+                          "running": alive, "portal": state.get("portal"),
+                          "iqn": state.get("iqn"), "emulator": state.get("emulator"),
+                          "delay_ms": cfg.get("delay_ms"), "rate_mbit": cfg.get("rate_mbit"),
+                          "loss": cfg.get("loss")}))
+    return rc
+
+
+def _down(name: str) -> int:
+    state = testbed_state.load(name)
+    if state is None:  # no record: still clear namespaces that follow our naming
+        leftovers = [ns for ns in (f"ist-{name}-{s}" for s in "itm") if netns.ns_exists(ns)]
+        if not leftovers:
+            print(f"testbed {name}: not up")
+            return 0
+        state = {"name": name, "netns": leftovers}
+    problems = testbed_state.teardown(state)
+    for p in problems:
+        print(f"testbed down: {p}", file=sys.stderr)
+    print(f"testbed {name}: down" if not problems else f"testbed {name}: partly down")
+    return 1 if problems else 0
+
+
+def main(argv: list[str]) -> int:
+    if "--kernel" in argv:  # the full-kernel VM testbed (open-iscsi, LIO, netem) has its own CLI
+        from istrace.testbed import vm as vmtestbed
+        return vmtestbed.main([x for x in argv if x != "--kernel"])
+    ap = argparse.ArgumentParser(prog="istrace testbed", description=__doc__.split("\n")[0],
+                                 epilog="add --kernel for the full-kernel VM testbed "
+                                 "(open-iscsi + LIO + netem under QEMU): see docs/vm-testbed.md")
+    sub = ap.add_subparsers(dest="action", required=True)
+    up = sub.add_parser("up", help="bring a testbed up and leave it running")
+    add_path_args(up)
+    down = sub.add_parser("down", help="remove a testbed (also after a crash)")
+    down.add_argument("--name", default="ist")
+    down.add_argument("--all", action="store_true",
+                      help="every testbed whose maker has exited (others are in use: skipped)")
+    st = sub.add_parser("status", help="show testbeds")
+    st.add_argument("--name", default=None)
+    a = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("istrace testbed: must run as root (network namespaces)", file=sys.stderr)
+        return 2
+    if a.action == "status":
+        return _status(a.name)
+    if a.action == "down" and a.all:
+        names = sorted(p.name for p in testbed_state.RUN_ROOT.glob("*") if
+                       (p / "state.json").exists())
+        rcs = []
+        for n in names:
+            owner = owner_alive(testbed_state.load(n) or {})
+            if owner:
+                print(f"testbed {n}: in use by live process {owner}, left up "
+                      f"(`down --name {n}` removes it anyway)")
+                continue
+            rcs.append(_down(n))
+        return max(rcs, default=0)
+    if a.action == "down":
+        return _down(a.name)
+    try:
+        cfg = config_from_args(a)
+        tb = Testbed(cfg)
+        print(f"testbed {cfg.name}: coming up ...", flush=True)
+        tb.up()
+    except (ValueError, TestbedError, netns.NetError, testbed_tgt.TargetError,
+            testbed_path.PathError) as exc:
+        print(f"istrace testbed up: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(tb.describe(), indent=2))
+    print(f"testbed {cfg.name}: up; `istrace testbed down --name {cfg.name}` removes it")
+    return 0
+
+
+__all__ = ["Testbed", "TestbedConfig", "TestbedError", "main", "Path"]

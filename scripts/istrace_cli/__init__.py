@@ -1,1 +1,0 @@
-"""istrace command line: one entry, subcommands fronting every part."""

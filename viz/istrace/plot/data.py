@@ -1,0 +1,717 @@
+"""The data behind every plot, as tidy tables (tested directly; the plots only draw these).
+
+Every function takes plain tables (docs/schema.md) so a test can feed it known truth.
+Times stay integer nanoseconds; plots convert to ms relative to a t0 they choose.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from istrace.track.tracker import _codes
+
+DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
+LADDER_KINDS = ["SCSI Command", "R2T", "SCSI Data-Out", "SCSI Data-In", "SCSI Response"]
+
+# Cross-layer timeline rows, top to bottom (seed 001 fig. 2): (host, layer, label).
+TIMELINE_ROWS = [
+    ("initiator", "syscall", "initiator syscall"),
+    ("initiator", "block", "initiator block"),
+    ("initiator", "scsi", "initiator SCSI"),
+    ("initiator", "iscsi", "initiator iSCSI"),
+    ("initiator", "tcp", "initiator TCP"),
+    ("wire", "net", "wire"),
+    ("target", "tcp", "target TCP"),
+    ("target", "iscsi", "target iSCSI"),
+    ("target", "scsi", "target SCSI"),
+    ("target", "store", "target backing store"),
+]
+SPAN_COLUMNS = ["row", "host", "layer", "start_ns", "end_ns", "cmd", "bytes", "label"]
+
+
+# ------------------------------------------------------------------------------ ladder
+
+
+def _clean_pdus(pdus: pd.DataFrame) -> pd.DataFrame:
+    p = pdus.copy()
+    for c in ("dsl", "tcp_seq", "cmd", "xfer_bytes", "desired_len", "edtl"):
+        if c not in p.columns:
+            p[c] = np.nan
+    return p
+
+
+def ladder_rows(pdus_i: pd.DataFrame | None, pdus_t: pd.DataFrame | None,
+                offset_ns: int = 0, one_way_ns: int | None = None) -> pd.DataFrame:
+    """One arrow per PDU (consecutive data PDUs of one command folded into one burst row).
+
+    Send time comes from the sender's capture, receive time from the receiver's (target times
+    moved by `offset_ns`, target minus initiator). With one capture only, the far end's time is
+    the near one plus/minus `one_way_ns` and `estimated` is True.
+    Columns: dir, kind, cmd, t_send_ns, t_recv_ns, t_send_end_ns, t_recv_end_ns, bytes, pdus,
+    label, estimated.
+    """
+    cols = ["dir", "kind", "cmd", "t_send_ns", "t_recv_ns", "t_send_end_ns", "t_recv_end_ns",
+            "bytes", "pdus", "label", "estimated"]
+    if pdus_i is None and pdus_t is None:
+        return pd.DataFrame(columns=cols)
+    owd = int(one_way_ns or 0)
+    frames = []
+    if pdus_i is not None and pdus_t is not None:
+        a, b = _clean_pdus(pdus_i), _clean_pdus(pdus_t)
+        b = b.assign(ts_ns=b["ts_ns"].astype(np.int64) - offset_ns)
+        key = ["conn", "dir", "tcp_seq"]
+        m = a.merge(b[key + ["ts_ns"]].drop_duplicates(key), on=key, how="left",
+                    suffixes=("", "_t"))
+        i2t = m["dir"] == "i2t"
+        ti = m["ts_ns"].astype("Int64")
+        tt = m["ts_ns_t"].astype("Int64")
+        send = ti.where(i2t, tt)
+        recv = tt.where(i2t, ti)
+        est = (send.isna() | recv.isna()).to_numpy()
+        send = send.fillna(recv - owd)
+        recv = recv.fillna(send + owd)
+        m = m.assign(t_send_ns=send.astype(np.int64), t_recv_ns=recv.astype(np.int64),
+                     estimated=est)
+        frames.append(m)
+    else:
+        host = "initiator" if pdus_i is not None else "target"
+        p = _clean_pdus(pdus_i if pdus_i is not None else pdus_t)  # type: ignore[arg-type]
+        ts = p["ts_ns"].astype(np.int64).to_numpy()
+        if host == "target":
+            ts = ts - offset_ns
+        near_sends = (p["dir"] == "i2t").to_numpy() == (host == "initiator")
+        send = np.where(near_sends, ts, ts - owd)
+        recv = np.where(near_sends, ts + owd, ts)
+        frames.append(p.assign(t_send_ns=send, t_recv_ns=recv, estimated=True))
+    m = frames[0]
+    m = m[m["opcode_name"].notna()].sort_values("t_send_ns", kind="stable")
+    # Fold runs of data PDUs of the same command and direction into one burst.
+    is_data = m["opcode_name"].isin(DATA_OPS).to_numpy()
+    cmd = m["cmd"].to_numpy()
+    op = m["opcode_name"].to_numpy()
+    new_group = np.ones(len(m), bool)
+    if len(m) > 1:
+        same_cmd = (cmd[1:] == cmd[:-1]) | (pd.isna(cmd[1:]) & pd.isna(cmd[:-1]))
+        new_group[1:] = ~(is_data[1:] & is_data[:-1] & same_cmd & (op[1:] == op[:-1]))
+    m = m.assign(group=np.cumsum(new_group), dsl=m["dsl"].fillna(0))
+    g = m.groupby("group", sort=True)
+    out = pd.DataFrame({
+        "dir": g["dir"].first(), "kind": g["opcode_name"].first(), "cmd": g["cmd"].first(),
+        "t_send_ns": g["t_send_ns"].min(), "t_recv_ns": g["t_recv_ns"].min(),
+        "t_send_end_ns": g["t_send_ns"].max(), "t_recv_end_ns": g["t_recv_ns"].max(),
+        "bytes": g["dsl"].sum(), "pdus": g.size(), "estimated": g["estimated"].any(),
+        "xfer": g["xfer_bytes"].first(), "desired": g["desired_len"].first(),
+        "cdb": g["cdb_name"].first() if "cdb_name" in m.columns else g["opcode_name"].first(),
+    }).reset_index(drop=True)
+    out["label"] = [_ladder_label(r) for r in out.itertuples()]
+    return out[cols]
+
+
+def _size(n: float) -> str:
+    if pd.isna(n):
+        return "?"
+    n = float(n)
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n / (1 << 20):.0f} MiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.2f} MiB"
+    if n >= 1024:
+        return f"{n / 1024:.0f} KiB" if n % 1024 == 0 else f"{n / 1024:.1f} KiB"
+    return f"{n:.0f} B"
+
+
+def _ladder_label(r: Any) -> str:
+    kind = r.kind
+    if kind == "SCSI Command":
+        cdb = r.cdb
+        name = cdb if isinstance(cdb, str) else "SCSI Command"
+        return f"{name} {_size(r.xfer)}"
+    if kind == "R2T":
+        return f"R2T {_size(r.desired)}"
+    if kind in DATA_OPS:
+        n = int(r.pdus)
+        return f"{kind.removeprefix('SCSI ')} {_size(r.bytes)}" + (
+            f" ({n} PDUs)" if n > 1 else "")
+    return str(kind)
+
+
+def default_window(ladder: pd.DataFrame, commands: int = 5) -> tuple[int, int]:
+    """The span of the first `commands` SCSI commands (like the study's fig. 3)."""
+    if ladder.empty:
+        return 0, 0
+    cmds = ladder[ladder["kind"] == "SCSI Command"]
+    if cmds.empty:
+        return int(ladder["t_send_ns"].min()), int(ladder["t_recv_end_ns"].max())
+    first = cmds["cmd"].iloc[0]
+    chosen = cmds["cmd"].iloc[:commands].tolist()
+    rows = ladder[ladder["cmd"].isin(chosen)]
+    start = int(cmds["t_send_ns"].iloc[0]) if not pd.isna(first) else int(rows["t_send_ns"].min())
+    return start, int(rows["t_recv_end_ns"].max())
+
+
+def idle_gaps(ladder: pd.DataFrame, min_gap_ns: int = 0) -> pd.DataFrame:
+    """Intervals where the data sender sends no data PDU (ladder only, no segments at hand).
+
+    Busy = union of [first send, last send] of every data burst row; the gaps between are idle
+    (a gap includes the last PDU's own send time: `gaps_from_bursts` is exact, use it when the
+    segments are there). Columns: start_ns, end_ns, gap_ns.
+    """
+    cols = ["start_ns", "end_ns", "gap_ns"]
+    ladder = ladder[ladder["kind"].isin(DATA_OPS)]
+    if ladder.empty:
+        return pd.DataFrame(columns=cols)
+    s = ladder["t_send_ns"].to_numpy(np.int64)
+    e = np.maximum(ladder["t_send_end_ns"].to_numpy(np.int64), s)
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    gap_start = reach[:-1]
+    gap_end = s[1:]
+    keep = gap_end - gap_start > max(min_gap_ns, 0)
+    return pd.DataFrame({"start_ns": gap_start[keep], "end_ns": gap_end[keep],
+                         "gap_ns": (gap_end - gap_start)[keep]})
+
+
+# ------------------------------------------------------------------------------ wire activity
+
+
+def data_bursts(segs: pd.DataFrame, d: str = "t2i", gap_ns: int = 1_000_000) -> pd.DataFrame:
+    """Runs of payload-carrying segments of one direction separated by less than `gap_ns`.
+
+    Columns: start_ns, end_ns, bytes, segments. Drives the idle ratio: the link is busy during
+    a burst, idle between bursts.
+    """
+    cols = ["start_ns", "end_ns", "bytes", "segments"]
+    if segs is None or segs.empty:
+        return pd.DataFrame(columns=cols)
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    if x.empty:
+        return pd.DataFrame(columns=cols)
+    ts = np.sort(x["ts_ns"].to_numpy(np.int64))
+    ln = x.sort_values("ts_ns", kind="stable")["len"].to_numpy(np.int64)
+    brk = np.concatenate([[True], np.diff(ts) > gap_ns])
+    gid = np.cumsum(brk)
+    df = pd.DataFrame({"ts": ts, "len": ln, "g": gid}).groupby("g")
+    return pd.DataFrame({"start_ns": df["ts"].min(), "end_ns": df["ts"].max(),
+                         "bytes": df["len"].sum(), "segments": df.size()}).reset_index(drop=True)
+
+
+def burst_gap_threshold(segs: pd.DataFrame, d: str = "t2i") -> int:
+    """Gap that separates bursts: 5x the median spacing of data segments, at least 100 us
+    (shorter pauses are the sender's own pacing, not waiting for the other end)."""
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]["ts_ns"].to_numpy(np.int64)
+    if len(x) < 3:
+        return 1_000_000
+    med = float(np.median(np.diff(np.sort(x))))
+    return int(max(5 * med, 100_000))
+
+
+def gaps_from_bursts(bursts: pd.DataFrame, rate_bps: float | None = None) -> pd.DataFrame:
+    """Idle intervals between data bursts: from a burst's last segment (+ its serialisation at
+    `rate_bps` when known) to the next burst's first. Columns: start_ns, end_ns, gap_ns."""
+    if len(bursts) < 2:
+        return pd.DataFrame(columns=["start_ns", "end_ns", "gap_ns"])
+    end = bursts["end_ns"].to_numpy(np.int64)
+    if rate_bps:
+        per = bursts["bytes"].to_numpy() / np.maximum(bursts["segments"].to_numpy(), 1)
+        end = end + (per / rate_bps * 1e9).astype(np.int64)
+    a, b = end[:-1], bursts["start_ns"].to_numpy(np.int64)[1:]
+    return pd.DataFrame({"start_ns": a, "end_ns": b, "gap_ns": b - a})
+
+
+def peak_rate(bursts: pd.DataFrame, min_segments: int = 8) -> float | None:
+    """Fastest sustained send rate seen (bytes/s over a burst's first to last segment)."""
+    b = bursts[bursts["segments"] >= min_segments]
+    if b.empty:
+        return None
+    dur = (b["end_ns"] - b["start_ns"]).to_numpy(np.float64)
+    ok = dur > 0
+    if not ok.any():
+        return None
+    per = (b["bytes"].to_numpy() / b["segments"].to_numpy())[ok]
+    rates = (b["bytes"].to_numpy()[ok] - per) / (dur[ok] / 1e9)
+    return float(np.median(rates))
+
+
+def idle_ratio(bursts: pd.DataFrame, start_ns: int | None = None, end_ns: int | None = None,
+               rate_bps: float | None = None) -> float:
+    """Share of [start, end] with no data on the wire. A burst lasts from its first segment to
+    its last, plus its last segment's serialisation at `rate_bps` (bytes/s) when known."""
+    if bursts.empty:
+        return float("nan")
+    s = bursts["start_ns"].to_numpy(np.int64)
+    e = bursts["end_ns"].to_numpy(np.int64).astype(float)
+    if rate_bps:
+        per = bursts["bytes"].to_numpy() / np.maximum(bursts["segments"].to_numpy(), 1)
+        e = e + per / rate_bps * 1e9
+    t0 = s.min() if start_ns is None else start_ns
+    t1 = e.max() if end_ns is None else end_ns
+    total = t1 - t0
+    if total <= 0:
+        return float("nan")
+    busy = np.clip(e, t0, t1) - np.clip(s, t0, t1)
+    return float(1.0 - busy.sum() / total)
+
+
+def model_idle_ratio(pdu_bytes: float, one_way_s: float, rate_bps: float) -> float:
+    """The study's model (seed 000 eq. 2): idle = 1 - (PDU/thr) / (4 delay + PDU/thr)."""
+    if not rate_bps or pdu_bytes <= 0:
+        return float("nan")
+    send = pdu_bytes / rate_bps
+    return 1.0 - send / (4.0 * one_way_s + send)
+
+
+def model_throughput(pdu_bytes: float, one_way_s: float, rate_bps: float) -> float:
+    """Seed 000 eq. 1: PDU / (4 delay + PDU/thr), bytes/s."""
+    if not rate_bps or pdu_bytes <= 0:
+        return float("nan")
+    return pdu_bytes / (4.0 * one_way_s + pdu_bytes / rate_bps)
+
+
+# ------------------------------------------------------------------------------ throughput etc.
+
+
+def throughput(segs: pd.DataFrame | None, d: str = "t2i", bins: int = 200,
+               bin_ns: int | None = None) -> pd.DataFrame:
+    """Payload bytes per time bin of one direction: t_ns (bin start), bytes, MBps (1e6 B/s)."""
+    cols = ["t_ns", "bytes", "MBps"]
+    if segs is None or segs.empty:
+        return pd.DataFrame(columns=cols)
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    if x.empty:
+        return pd.DataFrame(columns=cols)
+    ts = x["ts_ns"].to_numpy(np.int64)
+    t0, t1 = int(ts.min()), int(ts.max()) + 1
+    if bin_ns is None:
+        bin_ns = max((t1 - t0) // bins, 100_000)
+    idx = (ts - t0) // bin_ns
+    n = int(idx.max()) + 1
+    by = np.bincount(idx, weights=x["len"].to_numpy(np.float64), minlength=n)
+    return pd.DataFrame({"t_ns": t0 + np.arange(n, dtype=np.int64) * bin_ns, "bytes": by,
+                         "MBps": by / (bin_ns / 1e9) / 1e6})
+
+
+def outstanding(commands: pd.DataFrame | None) -> pd.DataFrame:
+    """Commands outstanding (issued, not yet answered) as a step function: t_ns, outstanding."""
+    cols = ["t_ns", "outstanding"]
+    if commands is None or commands.empty or "issue_ts_ns" not in commands.columns:
+        return pd.DataFrame(columns=cols)
+    c = commands.dropna(subset=["issue_ts_ns"])
+    iss = c["issue_ts_ns"].to_numpy(np.int64)
+    done = (c["resp_ts_ns"].dropna().to_numpy(np.int64) if "resp_ts_ns" in c.columns
+            else np.zeros(0, np.int64))
+    t = np.concatenate([iss, done])
+    step = np.concatenate([np.ones(len(iss), np.int64), -np.ones(len(done), np.int64)])
+    # A response at the same instant as the next issue closes first: no false peak.
+    o = np.lexsort((step, t))
+    return pd.DataFrame({"t_ns": t[o], "outstanding": np.cumsum(step[o])})
+
+
+def outstanding_ceiling(series: pd.DataFrame) -> dict[str, float]:
+    """Highest count outstanding and how it behaves: `flat` when the peak is held for long."""
+    if series.empty:
+        return {"max": 0, "time_at_max": 0.0, "reached": 0, "flat": False}
+    t = series["t_ns"].to_numpy(np.int64)
+    v = series["outstanding"].to_numpy()
+    mx = int(v.max())
+    dur = np.diff(t, append=t[-1])
+    total = t[-1] - t[0]
+    at_max = float(dur[v == mx].sum() / total) if total > 0 else 0.0
+    reached = int(((v == mx) & np.concatenate([[True], v[:-1] != mx])).sum())
+    issued = int((np.diff(v, prepend=0) > 0).sum())
+    # A concurrency limit shows as a ceiling hit again and again (never passed): held for a
+    # large share of the run, or reached by at least a tenth of all issues - not one spike.
+    flat = mx > 0 and reached >= 3 and (at_max >= 0.3 or reached >= 0.1 * issued)
+    return {"max": mx, "time_at_max": at_max, "reached": reached, "flat": bool(flat)}
+
+
+def resp_times(commands: pd.DataFrame | None) -> pd.Series:
+    """Response times in microseconds of answered commands."""
+    if commands is None or commands.empty or "resp_time_us" not in commands.columns:
+        return pd.Series(dtype=float)
+    return commands["resp_time_us"].dropna().astype(float)
+
+
+def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> dict[str, object]:
+    """Syscall size vs block request size vs PDU block size (bytes per SCSI command)."""
+    out: dict[str, object] = {}
+
+    def mode(s: pd.Series) -> dict[str, float] | None:
+        s = s.dropna()
+        if s.empty:
+            return None
+        return {"typical": float(s.mode().iloc[0]), "max": float(s.max()), "count": len(s)}
+
+    if events is not None and not events.empty and "bytes" in events.columns:
+        ev = events[events["host"] == "initiator"] if "host" in events.columns else events
+        done = ev["lat_ns"].notna() if "lat_ns" in ev.columns else pd.Series(True, ev.index)
+        # The application's reads (read/pread/readv...), not its socket chatter.
+        sc = ev[(ev["layer"] == "syscall") & done &
+                ev["event"].astype(str).str.match(r"^(p?readv?|pread64|preadv2?)(_exit)?$")]
+        out["syscall"] = mode(sc["bytes"])
+        bl = ev[(ev["layer"] == "block") & done]
+        out["block"] = mode(bl["bytes"])
+    if commands is not None and not commands.empty:
+        col = "xfer_bytes" if "xfer_bytes" in commands.columns else "edtl"
+        c = commands
+        if "cdb_name" in c.columns:  # data transfers only, not INQUIRY / READ CAPACITY
+            rw = c["cdb_name"].astype(str).str.match(r"^(READ|WRITE)\(\d+\)$")
+            c = c[rw.to_numpy(dtype=bool)] if rw.any() else c
+        out["scsi_command"] = mode(c[col]) if col in c.columns else None
+    return out
+
+
+# ------------------------------------------------------------------------------ tcp seq graph
+
+
+def seq_graph(segs: pd.DataFrame | None, d: str = "t2i",
+              max_points: int = 20000) -> dict[str, pd.DataFrame]:
+    """tcptrace-style data: segments (t_ns, start, end, rtx), acks (t_ns, ack, win_edge).
+
+    Sequence numbers are relative to the first data byte. Past `max_points` segments, data
+    are thinned to per-time-bin extremes so a plot stays fast; retransmissions are kept all.
+    """
+    empty = {"segments": pd.DataFrame(columns=["t_ns", "start", "end", "rtx"]),
+             "acks": pd.DataFrame(columns=["t_ns", "ack", "win_edge"])}
+    if segs is None or segs.empty:
+        return empty
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    if x.empty:
+        return empty
+    base = int(x["seq"].iloc[0])
+    start = ((x["seq"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
+    step = np.diff(start, prepend=start[:1])
+    start = start + np.cumsum(step < -(1 << 31)) * (1 << 32)
+    end = start + x["len"].to_numpy(np.int64)
+    prev = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end]))[:-1]
+    rtx = start < prev
+    sg = pd.DataFrame({"t_ns": x["ts_ns"].to_numpy(np.int64), "start": start, "end": end,
+                       "rtx": rtx})
+    rev = "i2t" if d == "t2i" else "t2i"
+    a = segs[(segs["dir"] == rev) & ((segs["flags"] & 0x10) != 0)]
+    ack = ((a["ack"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
+    ack = ack + np.cumsum(np.diff(ack, prepend=ack[:1]) < -(1 << 31)) * (1 << 32)
+    # The receiver's window is scaled by the shift its SYN announced (if both SYNs had one).
+    syn = segs[(segs["flags"] & 0x02) != 0]
+    ws = {dd: syn.loc[syn["dir"] == dd, "wscale"] for dd in (d, rev)}
+    shift = 0
+    if all(len(v) for v in ws.values()) and min(int(v.iloc[0]) for v in ws.values()) >= 0:
+        shift = int(ws[rev].iloc[0])
+    win = a["win"].to_numpy(np.int64) << shift
+    win = np.where((a["flags"].to_numpy() & 0x02) != 0, a["win"].to_numpy(np.int64), win)
+    ak = pd.DataFrame({"t_ns": a["ts_ns"].to_numpy(np.int64), "ack": ack,
+                       "win_edge": ack + win})
+    ak = ak[ak["ack"] >= 0]
+    return {"segments": thin(sg, "t_ns", "end", max_points, keep=sg["rtx"].to_numpy()),
+            "acks": thin(ak, "t_ns", "ack", max_points)}
+
+
+def thin(df: pd.DataFrame, tcol: str, vcol: str, max_points: int,
+         keep: np.ndarray | None = None) -> pd.DataFrame:
+    """Keep at most ~max_points rows: per time bin the first, min and max rows (+ `keep` rows)."""
+    if len(df) <= max_points:
+        return df.reset_index(drop=True)
+    t = df[tcol].to_numpy(np.int64)
+    nb = max(max_points // 3, 1)
+    b = ((t - t.min()) * nb // max(int(t.max() - t.min()), 1)).clip(max=nb - 1)
+    tmp = pd.DataFrame({"b": b, "v": df[vcol].to_numpy(), "i": np.arange(len(df))})
+    g = tmp.groupby("b")
+    pick = np.unique(np.concatenate([g["i"].first().to_numpy(),
+                                     tmp.loc[g["v"].idxmin(), "i"].to_numpy(),
+                                     tmp.loc[g["v"].idxmax(), "i"].to_numpy(),
+                                     np.flatnonzero(keep) if keep is not None else []]
+                                    ).astype(np.int64))
+    return df.iloc[pick].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------ timeline
+
+
+def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | None,
+                   events: pd.DataFrame | None, offset_ns: int = 0,
+                   merged_cmd: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Spans for the cross-layer timeline: one row per (layer row, piece of work).
+
+    Probe events that close something (`lat_ns` set) give [ts - lat, ts] in their host/layer
+    row; the initiator's commands give the iSCSI row (issue -> response) and the wire row
+    (first -> last data PDU); the target's commands give target iSCSI (receipt -> response).
+    Target times are moved onto the initiator clock with `offset_ns`. Command ids come from the
+    event's cmd_id (merged trace), else by matching the iSCSI task tag, else stay empty.
+    """
+    frames = []
+    if commands_i is not None and not commands_i.empty:
+        c = commands_i
+        iss = c["issue_ts_ns"]
+        resp = c.get("resp_ts_ns", pd.Series(np.nan, c.index))
+        lbl = c.get("cdb_name", pd.Series("", c.index)).fillna("").astype(str)
+        byt = c.get("xfer_bytes", c.get("edtl", pd.Series(np.nan, c.index)))
+        frames.append(pd.DataFrame({"row": "initiator iSCSI", "host": "initiator",
+                                    "layer": "iscsi", "start_ns": iss, "end_ns": resp,
+                                    "cmd": c["cmd"], "bytes": byt, "label": lbl}))
+        if "first_data_ts_ns" in c.columns:
+            f0 = c["first_data_ts_ns"]
+            f1 = c["last_data_ts_ns"].fillna(f0)
+            frames.append(pd.DataFrame({"row": "wire", "host": "wire", "layer": "net",
+                                        "start_ns": f0, "end_ns": f1, "cmd": c["cmd"],
+                                        "bytes": c.get("bytes_in", byt), "label": "data"}))
+    if commands_t is not None and not commands_t.empty:
+        c = commands_t
+        cmd = c["cmd"]
+        if commands_i is not None and "itt" in c.columns and "itt" in commands_i.columns:
+            # The same command in both decodes shares conn + ITT (+ LBA for reused tags).
+            key = [k for k in ("conn", "itt", "lba") if k in c.columns and k in commands_i]
+            m = c[key].merge(commands_i[key + ["cmd"]].drop_duplicates(key), on=key,
+                             how="left")
+            cmd = m["cmd"].to_numpy()
+        frames.append(pd.DataFrame({
+            "row": "target iSCSI", "host": "target", "layer": "iscsi",
+            "start_ns": c["issue_ts_ns"] - offset_ns,
+            "end_ns": c.get("resp_ts_ns", pd.Series(np.nan, c.index)) - offset_ns,
+            "cmd": cmd, "bytes": c.get("xfer_bytes", pd.Series(np.nan, c.index)),
+            "label": c.get("cdb_name", pd.Series("", c.index))}))
+    if events is not None and not events.empty and "lat_ns" in events.columns:
+        events = _tie_events(events, commands_i, offset_ns)
+        lat_all = pd.to_numeric(events["lat_ns"], errors="coerce").to_numpy(np.float64,
+                                                                             na_value=np.nan)
+        ev = events[lat_all >= 0]
+        paired = _paired_spans(events)
+        if not paired.empty:
+            ev = pd.concat([ev, paired], ignore_index=True)
+        if not ev.empty:
+            # Work on the few distinct (host, layer, event) triples, as integer codes, not on
+            # millions of strings. Target file I/O and block work is the backing store (tgtd's
+            # preads of the LUN file); its socket reads/writes stay out of the picture.
+            parts = [_labels(ev[c]) for c in ("host", "layer", "event")]
+            (hc, hu), (lc, lu), (ec, eu) = parts
+            nl, ne = len(lu), len(eu)
+            combined = (hc.astype(np.int64) * nl + lc) * ne + ec
+            uniq, inv = np.unique(combined, return_inverse=True)
+            rows_u = np.array([_row_of(hu[x // (nl * ne)], lu[(x // ne) % nl], eu[x % ne])
+                               for x in uniq], dtype=object)
+            is_tgt = hc == np.flatnonzero(hu == "target")[0] if (hu == "target").any() else \
+                np.zeros(len(hc), bool)
+            ts = ev["ts_ns"].to_numpy(np.int64) - np.where(is_tgt, offset_ns, 0)
+            cmd = ev["cmd_id"] if "cmd_id" in ev.columns else pd.Series(np.nan, ev.index)
+            cmd = _cmd_by_lba(ev, pd.to_numeric(cmd, errors="coerce").astype(float),
+                              commands_i)
+            lat = pd.to_numeric(ev["lat_ns"], errors="coerce").to_numpy(np.float64,
+                                                                        na_value=np.nan)
+            byt = (pd.to_numeric(ev["bytes"], errors="coerce").to_numpy(np.float64,
+                                                                         na_value=np.nan)
+                   if "bytes" in ev.columns else np.full(len(ev), np.nan))
+            frames.append(pd.DataFrame({
+                "row": _cat_from(inv, rows_u), "host": _cat_from(hc, hu),
+                "layer": _cat_from(lc, lu), "start_ns": ts - lat.astype(np.int64),
+                "end_ns": ts, "cmd": cmd.to_numpy(np.float64), "bytes": byt,
+                "label": _cat_from(ec, eu)}))
+    if not frames:
+        return pd.DataFrame(columns=SPAN_COLUMNS)
+    for f in frames:  # one label type for every part: plain objects (small) or categories
+        for c in ("row", "host", "layer", "label"):
+            f[c] = f[c].astype(object) if len(f) < 100_000 else f[c].astype("category")
+    out = pd.concat(frames, ignore_index=True)
+    out = out.dropna(subset=["start_ns"])
+    out["end_ns"] = out["end_ns"].fillna(out["start_ns"])
+    known = [r[2] for r in TIMELINE_ROWS]
+    out = out[out["row"].isin(known).to_numpy(dtype=bool)]
+    out["start_ns"] = out["start_ns"].astype(np.int64)
+    out["end_ns"] = out["end_ns"].astype(np.int64)
+    order = np.argsort(out["start_ns"].to_numpy(), kind="stable")
+    return out.take(order).reset_index(drop=True)[SPAN_COLUMNS]
+
+
+def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str,
+                  host: str, d: str = "t2i", offset_ns: int = 0) -> pd.DataFrame:
+    """Per command, the time its data PDUs' bytes took at one capture point ([first, last]
+    segment carrying them). `pdus` give each command's TCP sequence range in direction `d`."""
+    if pdus is None or segs is None or pdus.empty or segs.empty or "tcp_seq" not in pdus:
+        return pd.DataFrame(columns=SPAN_COLUMNS)
+    p = pdus[(pdus["dir"] == d) & pdus["opcode_name"].isin(DATA_OPS) & pdus["cmd"].notna()
+             & pdus["tcp_seq"].notna()]
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    if p.empty or x.empty:
+        return pd.DataFrame(columns=SPAN_COLUMNS)
+    frames = []
+    for conn, pc in p.groupby("conn"):
+        xc = x[x["conn"] == conn]
+        if xc.empty:
+            continue
+        base = int(xc["seq"].iloc[0])
+        s0 = ((xc["seq"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
+        s1 = s0 + xc["len"].to_numpy(np.int64)
+        ts = xc["ts_ns"].to_numpy(np.int64)
+        a = ((pc["tcp_seq"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
+        ln = 48 + pc.get("ahs_len", pd.Series(0, pc.index)).fillna(0).to_numpy(np.int64) + \
+            pc["dsl"].fillna(0).to_numpy(np.int64)
+        rng = pd.DataFrame({"cmd": pc["cmd"].to_numpy(), "a": a, "b": a + ln}).groupby("cmd")
+        lo, hi = rng["a"].min(), rng["b"].max()
+        o = np.argsort(s0, kind="stable")
+        s0s, s1s, tss = s0[o], s1[o], ts[o]
+        end_max = np.maximum.accumulate(s1s)
+        starts, ends, cmds = [], [], []
+        for cmd, l0, h0 in zip(lo.index, lo.to_numpy(), hi.to_numpy(), strict=True):
+            i = int(np.searchsorted(end_max, l0, side="right"))  # first segment ending past l0
+            j = int(np.searchsorted(s0s, h0, side="left"))       # segments starting before h0
+            if j <= i:
+                continue
+            t = tss[i:j]
+            starts.append(int(t.min()))
+            ends.append(int(t.max()))
+            cmds.append(cmd)
+        frames.append(pd.DataFrame({"row": row, "host": host, "layer": "net" if host == "wire"
+                                    else "tcp", "start_ns": np.asarray(starts, np.int64)
+                                    - offset_ns, "end_ns": np.asarray(ends, np.int64)
+                                    - offset_ns, "cmd": cmds, "bytes": (hi - lo).loc[cmds]
+                                    .to_numpy(), "label": "data segments"}))
+    if not frames:
+        return pd.DataFrame(columns=SPAN_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[SPAN_COLUMNS]
+
+
+def _paired_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """SCSI/iSCSI probe points with a task tag but no latency (issue ... done markers): one
+    span per (host, layer, tag) from its first to its last event, for the (host, layer)
+    pairs that have no latency-carrying events of their own."""
+    if "itt" not in events.columns:
+        return events.iloc[0:0]
+    ev = events[events["layer"].isin(["scsi", "iscsi"]) & events["itt"].notna()]
+    if ev.empty:
+        return ev
+    has_lat = ev.groupby(["host", "layer"])["lat_ns"].apply(lambda x: x.notna().any())
+    ev = ev[~ev.set_index(["host", "layer"]).index.map(has_lat).to_numpy(dtype=bool)]
+    if ev.empty:
+        return ev
+    ev = ev.sort_values("ts_ns", kind="stable")
+    # A tag reused later starts a new span: split where the event after a *done* repeats it.
+    grp = ev.groupby(["host", "layer", "itt"], sort=False)
+    first = grp.head(1).index
+    out = []
+    for (_h, _l, _t), g in grp:
+        done = g["event"].astype(str).str.contains("done|complete|rsp|resp")
+        seg = np.concatenate([[0], np.cumsum(done.to_numpy()[:-1])])
+        for _, part in g.groupby(seg):
+            if len(part) < 2:
+                continue
+            last = part.iloc[-1].copy()
+            last["lat_ns"] = int(part["ts_ns"].iloc[-1] - part["ts_ns"].iloc[0])
+            out.append(last)
+    del first
+    return pd.DataFrame(out) if out else ev.iloc[0:0]
+
+
+def _tie_events(events: pd.DataFrame, commands: pd.DataFrame | None,
+                offset_ns: int) -> pd.DataFrame:
+    """Give probe events carrying an iSCSI task tag the id of the command with that tag
+    nearest in time (tags are reused, times on the initiator clock)."""
+    if commands is None or commands.empty or "itt" not in events.columns or \
+            "itt" not in commands.columns or events["itt"].isna().all():
+        return events
+    ev = events.copy()
+    if "cmd_id" not in ev.columns:
+        ev["cmd_id"] = np.nan
+    want = ev["itt"].notna() & ev["cmd_id"].isna()
+    if not want.any():
+        return ev
+    c = commands.dropna(subset=["itt", "issue_ts_ns"])
+    tag = c["itt"].map(lambda v: int(v, 16) if isinstance(v, str) else int(v))
+    cc = pd.DataFrame({"tag": tag.astype(np.int64).to_numpy(),
+                       "t": c["issue_ts_ns"].astype(np.int64).to_numpy(),
+                       "cmd": c["cmd"].astype(float).to_numpy()}).sort_values("t")
+    e = ev.loc[want]
+    t = e["ts_ns"].astype(np.int64) - np.where(e["host"] == "target", offset_ns, 0)
+    q = pd.DataFrame({"tag": e["itt"].astype(np.int64).to_numpy(), "t": t.to_numpy(),
+                      "i": e.index.to_numpy()}).sort_values("t")
+    m = pd.merge_asof(q, cc, on="t", by="tag", direction="nearest")
+    ev.loc[m["i"].to_numpy(), "cmd_id"] = m["cmd"].to_numpy()
+    return ev
+
+
+def _cmd_by_lba(ev: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame | None) -> pd.Series:
+    """SCSI-layer events without a command id: the command with the same LBA and size."""
+    if commands is None or commands.empty or "lba" not in ev.columns or "lba" not in commands:
+        return cmd
+    c = commands.dropna(subset=["lba"]).drop_duplicates("lba")
+    by_lba = pd.Series(c["cmd"].to_numpy(), index=c["lba"].astype(np.int64).to_numpy())
+    want = cmd.isna() & (ev["layer"] == "scsi") & ev["lba"].notna()
+    out = cmd.astype(float).copy()
+    out[want] = by_lba.reindex(ev.loc[want, "lba"].astype(np.int64).to_numpy()).to_numpy()
+    # The target's file reads of the LUN: byte offset / block size is the LBA.
+    if "offset" in ev.columns:
+        f = out.isna() & (ev["layer"] == "syscall") & ev["offset"].notna() & \
+            (ev["host"] == "target")
+        if f.any():
+            lba = (ev.loc[f, "offset"].astype(np.int64) // 512).to_numpy()
+            out[f] = by_lba.reindex(lba).to_numpy()
+    return out
+
+
+def _cat_from(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
+    """Categorical from codes into labels that may repeat or hold None (-> missing)."""
+    lc, lu = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
+    return pd.Categorical.from_codes(lc[codes], pd.Index(lu, dtype=object))
+
+
+def _labels(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes >= 0, labels) of a label column; missing values get the label ''."""
+    codes, uniq = _codes(series)
+    uniq = np.append(uniq.astype(object), "")
+    return np.where(codes < 0, len(uniq) - 1, codes), uniq
+
+
+def _row_of(host: str, layer: str, event: str) -> str | None:
+    """Timeline row of a probe event (None: not drawn)."""
+    if host == "target" and (layer == "block" or (layer == "syscall" and re.match(
+            r"^p(read|write)(64|v|v2)?(_exit)?$", str(event)))):
+        return "target backing store"
+    return f"{host} {_layer_word(layer)}"
+
+
+def _layer_word(layer: str) -> str:
+    return {"syscall": "syscall", "block": "block", "scsi": "SCSI", "iscsi": "iSCSI",
+            "tcp": "TCP", "net": "net"}.get(layer, layer)
+
+
+def assign_lanes(start: np.ndarray, end: np.ndarray, max_lanes: int = 8) -> np.ndarray:
+    """Lane of each span so overlapping spans sit side by side (greedy interval
+    partitioning: the first lane free at the span's start). Beyond `max_lanes` concurrent
+    spans, lanes are reused (they then overlap)."""
+    order = np.argsort(start, kind="stable")
+    lanes = np.zeros(len(start), np.int64)
+    free_at: list[int] = []  # per lane: when its last span ends
+    for i in order:
+        for k, t in enumerate(free_at):
+            if t <= start[i]:
+                lanes[i] = k
+                free_at[k] = end[i]
+                break
+        else:
+            if len(free_at) < max_lanes:
+                lanes[i] = len(free_at)
+                free_at.append(end[i])
+            else:  # all taken: the lane that frees first
+                k = int(np.argmin(free_at))
+                lanes[i] = k
+                free_at[k] = max(free_at[k], end[i])
+    return lanes
+
+
+def span_summary(spans: pd.DataFrame) -> pd.DataFrame:
+    """Per row: spans, distinct commands, typical bytes, busy time (union of spans)."""
+    rows = []
+    for _h, _l, row in TIMELINE_ROWS:
+        s = spans[spans["row"] == row]
+        if s.empty:
+            continue
+        st, en = s["start_ns"].to_numpy(), s["end_ns"].to_numpy()
+        o = np.argsort(st)
+        st, en = st[o], en[o]
+        reach = np.maximum.accumulate(en)
+        gaps = np.clip(st[1:] - reach[:-1], 0, None).sum()
+        rows.append({"row": row, "spans": len(s), "commands": s["cmd"].nunique(),
+                     "typical_bytes": s["bytes"].mode().iloc[0] if s["bytes"].notna().any()
+                     else np.nan,
+                     "busy_ns": int(reach[-1] - st[0] - gaps)})
+    return pd.DataFrame(rows, columns=["row", "spans", "commands", "typical_bytes", "busy_ns"])

@@ -1,0 +1,204 @@
+"""`istrace plot DIR --kind ladder|tcpseq|cwnd|timeline|throughput|resptime|outstanding|all`.
+
+Reads a capture directory (whatever it holds, see istrace.capture.load), writes PNG + SVG per
+plot into DIR/plots/ (or --out), and prints what it made and what input was missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from istrace.capture.load import Capture, load_capture
+from istrace.plot import data, plots
+
+KINDS = ["ladder", "tcpseq", "cwnd", "timeline", "throughput", "resptime", "outstanding"]
+
+
+def data_dir(cap: Capture) -> str:
+    """The direction that carried most payload (t2i for reads, i2t for writes)."""
+    for segs in cap.segs.values():
+        by = segs.groupby("dir")["len"].sum()
+        if not by.empty:
+            return str(by.idxmax())
+    return "t2i"
+
+
+def sender_segs(cap: Capture, d: str) -> pd.DataFrame | None:
+    """Segments as seen at the data sender (where the seq graph and flight are true)."""
+    pref = ("target", "initiator") if d == "t2i" else ("initiator", "target")
+    for host in pref:
+        if host in cap.segs:
+            return cap.segs[host]
+    return None
+
+
+def one_way_ns(cap: Capture) -> int | None:
+    """One-way delay for single-capture ladders: testbed setting, else half the median RTT."""
+    from istrace.report.report import one_way_ms
+    v = one_way_ms(cap.meta)
+    if v is not None and v > 0:
+        return int(v * 1e6)
+    if cap.track is not None and not cap.track.samples.empty:
+        r = cap.track.samples["rtt_us"].dropna()
+        if not r.empty:
+            return int(r.median() * 500)
+    return None
+
+
+def parse_window(text: str | None, t0: int) -> tuple[int, int] | None:
+    """'START:END' in ms from the first record -> absolute ns window."""
+    if not text:
+        return None
+    try:
+        a, b = (float(x) for x in text.split(":", 1))
+    except ValueError as exc:
+        raise ValueError(f"--window {text!r}: use START_MS:END_MS") from exc
+    if b <= a:
+        raise ValueError(f"--window {text!r}: end must be after start")
+    return t0 + int(a * 1e6), t0 + int(b * 1e6)
+
+
+def first_ts(cap: Capture) -> int:
+    cands = [int(s["ts_ns"].min()) for s in cap.segs.values() if not s.empty]
+    cands += [int(p["ts_ns"].min()) for p in cap.pdus.values() if not p.empty]
+    return min(cands) if cands else 0
+
+
+def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None = None,
+               formats: tuple[str, ...] = ("png", "svg")) -> dict[str, list[Path]]:
+    made: dict[str, list[Path]] = {}
+    window = parse_window(window_ms, first_ts(cap))
+    d = data_dir(cap)
+    segs = sender_segs(cap, d)
+    tr = cap.track
+    for kind in kinds:
+        if kind == "ladder":
+            rows = data.ladder_rows(cap.pdus.get("initiator"), cap.pdus.get("target"),
+                                    cap.offset_ns, one_way_ns(cap))
+            bursts = (data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+                      if segs is not None else None)
+            fig = plots.ladder(rows, window, bursts, 1.0 if d == "t2i" else 0.0)
+        elif kind == "tcpseq":
+            fig = plots.tcpseq(data.seq_graph(segs, d),
+                               title=f"TCP sequence / time, {d} (tcptrace style)")
+        elif kind == "cwnd":
+            if tr is None:
+                fig = plots._empty("cwnd", "tracker not run")
+            else:
+                fig = plots.cwnd(tr.samples, tr.states, tr.events, data.throughput(segs, d), d)
+        elif kind == "timeline":
+            spans = timeline_spans(cap)
+            w = window or default_timeline_window(spans)
+            fig = plots.timeline(spans, w)
+        elif kind == "throughput":
+            series = {}
+            for host, s in cap.segs.items():
+                for dd in ("t2i", "i2t"):
+                    t = data.throughput(s, dd)
+                    if not t.empty and t["bytes"].sum() > 0:
+                        series[f"{dd} at {host}"] = t
+            fig = plots.throughput_plot(series)
+        elif kind == "resptime":
+            fig = plots.resptime_plot(data.resp_times(cap.main_commands()))
+        elif kind == "outstanding":
+            fig = plots.outstanding_plot(data.outstanding(cap.main_commands()))
+        else:
+            raise ValueError(f"unknown plot kind {kind!r}")
+        made[kind] = plots.save(fig, out / kind, formats)
+    return made
+
+
+def timeline_spans(cap: Capture) -> pd.DataFrame:
+    ev = cap.events
+    if cap.merged is not None and "cmd_id" in cap.merged.columns:
+        m = cap.merged
+        if m["source"].eq("probe").any():
+            ev = m[m["source"] == "probe"].copy()
+            ev["ts_ns"] = ev["ts_ns_merged"] + np.where(ev["host"] == "target",
+                                                        cap.offset_ns, 0)
+    spans = data.timeline_spans(cap.commands.get("initiator"), cap.commands.get("target"),
+                                ev, cap.offset_ns)
+    # From the pcaps: when each command's data crossed each end's TCP and the wire.
+    d = data_dir(cap)
+    pi, pt = cap.pdus.get("initiator"), cap.pdus.get("target")
+    seg_rows = []
+    if "initiator" in cap.segs:
+        seg_rows.append(data.segment_spans(pi if pi is not None else pt,
+                                           cap.segs["initiator"], "initiator TCP",
+                                           "initiator", d))
+    if "target" in cap.segs:
+        seg_rows.append(data.segment_spans(pt if pt is not None else pi, cap.segs["target"],
+                                           "target TCP", "target", d, cap.offset_ns))
+    seg_rows = [s for s in seg_rows if not s.empty]
+    if seg_rows:
+        both = pd.concat(seg_rows, ignore_index=True)
+        wire = both.groupby("cmd").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
+                                       bytes=("bytes", "first")).reset_index()
+        wire = wire.assign(row="wire", host="wire", layer="net", label="data on the wire")
+        have_tcp_probe = spans["row"].isin(["initiator TCP", "target TCP"]).any()
+        extra = [wire[data.SPAN_COLUMNS]] + ([] if have_tcp_probe else seg_rows)
+        spans = pd.concat([spans[spans["row"] != "wire"]] + extra, ignore_index=True)
+        spans = spans.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    return spans
+
+
+def default_timeline_window(spans: pd.DataFrame, commands: int = 64) -> tuple[int, int] | None:
+    """First syscall (if any) or the first `commands` commands: the study's fig. 2 view."""
+    if spans.empty:
+        return None
+    # The first syscall that spans whole commands (the study's 2 MB read()), if any.
+    sc = spans[spans["row"] == "initiator syscall"]
+    isc = spans[spans["row"] == "initiator iSCSI"]
+    if not sc.empty and not isc.empty:
+        covers = [((isc["start_ns"] >= r.start_ns) & (isc["end_ns"] <= r.end_ns)).sum()
+                  for r in sc.itertuples()]
+        best = int(np.argmax(covers))
+        if covers[best] > 0:
+            r = sc.iloc[best]
+            pad = int((r["end_ns"] - r["start_ns"]) * 0.03)
+            return int(r["start_ns"]) - pad, int(r["end_ns"]) + pad
+    cmds = spans["cmd"].dropna().unique()
+    if len(cmds):
+        keep = spans[spans["cmd"].isin(cmds[:commands])]
+        pad = int((keep["end_ns"].max() - keep["start_ns"].min()) * 0.02)
+        return int(keep["start_ns"].min()) - pad, int(keep["end_ns"].max()) + pad
+    return None
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="istrace plot", description=__doc__.split("\n")[0])
+    ap.add_argument("dir", help="capture directory")
+    ap.add_argument("--kind", default="all", help=", ".join(KINDS) + " or all (comma list ok)")
+    ap.add_argument("--out", help="output folder (default DIR/plots)")
+    ap.add_argument("--window", help="time window START_MS:END_MS from the first record")
+    ap.add_argument("--no-svg", action="store_true", help="PNG only")
+    args = ap.parse_args(argv)
+    d = Path(args.dir)
+    if not d.is_dir():
+        print(f"istrace plot: {d}: not a directory", file=sys.stderr)
+        return 2
+    kinds = KINDS if args.kind == "all" else [k.strip() for k in args.kind.split(",")]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        print(f"istrace plot: unknown kind {bad[0]!r} (choose from {', '.join(KINDS)}, all)",
+              file=sys.stderr)
+        return 2
+    print(f"loading {d} ...", file=sys.stderr)
+    cap = load_capture(d)
+    for m in cap.missing:
+        print(f"missing: {m}", file=sys.stderr)
+    for w in cap.warnings:
+        print(f"WARNING: {w}", file=sys.stderr)
+    try:
+        made = make_plots(cap, Path(args.out) if args.out else d / "plots", kinds, args.window,
+                          ("png",) if args.no_svg else ("png", "svg"))
+    except ValueError as exc:
+        print(f"istrace plot: {exc}", file=sys.stderr)
+        return 2
+    for kind, paths in made.items():
+        print(f"{kind}: " + ", ".join(str(p) for p in paths))
+    return 0

@@ -1,0 +1,333 @@
+"""`istrace report DIR` -> DIR/report.html (self-contained, plots embedded) + DIR/trace.json.
+
+Runs what it can: decode (if the decoder is built and pdus.csv is absent), track, every plot;
+then writes the diagnosis the study drew by hand, in words and numbers, saying which inputs
+were missing and warning loudly about capture drops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from istrace.capture.load import Capture, load_capture
+from istrace.plot import data, plot_cli
+from istrace.report import perfetto
+from istrace.track import tracker as track
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None or pd.isna(n):
+        return "?"
+    return data._size(n)
+
+
+def _meta_number(meta: dict[str, Any], *keys: str) -> float | None:
+    """First numeric value found under any of `keys`, at top level or one level down."""
+    for k in keys:
+        if isinstance(meta.get(k), int | float):
+            return float(meta[k])
+    for v in meta.values():
+        if isinstance(v, dict):
+            for k in keys:
+                if isinstance(v.get(k), int | float):
+                    return float(v[k])
+    return None
+
+
+def one_way_ms(meta: dict[str, Any]) -> float | None:
+    """The run's one-way delay: the mean of both directions' settings when given apart."""
+    a = _meta_number(meta, "delay_i2t_ms")
+    b = _meta_number(meta, "delay_t2i_ms")
+    if a is not None and b is not None:
+        return (a + b) / 2
+    return _meta_number(meta, "delay_ms", "one_way_ms")
+
+
+def diagnose(cap: Capture) -> dict[str, Any]:
+    """Every number of the verdict (tested directly), plus sentences for the report."""
+    out: dict[str, Any] = {"findings": [], "warnings": list(cap.warnings),
+                           "missing": list(cap.missing)}
+    say = out["findings"].append
+    cmds = cap.main_commands()
+    d = plot_cli.data_dir(cap)
+    out["data_dir"] = d
+
+    sizes = data.block_sizes(cmds, cap.events)
+    out["sizes"] = sizes
+    parts = []
+    for key, name in (("syscall", "system call"), ("block", "block request"),
+                      ("scsi_command", "SCSI command (PDU block size)")):
+        v = sizes.get(key)
+        if v:
+            parts.append(f"{name} {_fmt_bytes(v['typical'])} (x{v['count']})")
+        else:
+            parts.append(f"{name} unknown")
+    msg = "Sizes: " + " -> ".join(parts) + "."
+    if sizes.get("syscall") and not sizes.get("block"):
+        msg += (" (No block layer on the initiator: a user-space initiator, so its read "
+                "syscalls are its own file/socket I/O, not the application's request size.)")
+    sc, pb = sizes.get("syscall"), sizes.get("scsi_command")
+    if sc and pb and pb["typical"] and sc["typical"] > pb["typical"]:
+        msg += (f" Each {_fmt_bytes(sc['typical'])} read() is cut into "
+                f"{sc['typical'] / pb['typical']:.0f} SCSI commands of "
+                f"{_fmt_bytes(pb['typical'])}: every one pays the round trip.")
+    say(msg)
+
+    series = data.outstanding(cmds)
+    ceil = data.outstanding_ceiling(series)
+    out["outstanding"] = ceil
+    if not series.empty:
+        s = (f"Commands outstanding: at most {ceil['max']}, held {ceil['time_at_max'] * 100:.0f}%"
+             f" of the time, reached {ceil['reached']} times.")
+        if ceil["flat"]:
+            s += (f" A flat ceiling at {ceil['max']}: a concurrency limit (queue depth, "
+                  "can_queue, or the workload's own) caps parallelism.")
+        say(s)
+
+    segs = plot_cli.sender_segs(cap, d)
+    if segs is not None:
+        bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+        rate_meta = _meta_number(cap.meta, "socket_Bps", "socket_bytes_per_s")
+        mbps = _meta_number(cap.meta, "socket_MBps", "socket_mbps_MB")
+        if rate_meta is None and mbps is not None:
+            rate_meta = mbps * 1e6
+        rate = rate_meta or data.peak_rate(bursts)
+        out["rate_Bps"] = rate
+        out["rate_source"] = "socket throughput from meta.json" if rate_meta else \
+            "peak burst rate of this capture (no socket baseline measured)"
+        idle = data.idle_ratio(bursts, rate_bps=rate)
+        out["idle_ratio"] = idle
+        out["bursts"] = len(bursts)
+        delay_ms = one_way_ms(cap.meta)
+        owd = (delay_ms / 1e3) if delay_ms is not None else None
+        if owd is None and cap.track is not None:
+            r = cap.track.samples["rtt_us"].dropna()
+            owd = float(r.median()) / 2e6 if not r.empty else None
+            out["delay_source"] = "half the median RTT (no testbed delay in meta.json)"
+        else:
+            out["delay_source"] = "meta.json testbed delay"
+        out["one_way_s"] = owd
+        pdu = pb["typical"] if pb else None
+        model = data.model_idle_ratio(pdu, owd, rate) if pdu and owd is not None and rate \
+            else float("nan")
+        out["model_idle_ratio"] = model
+        s = f"Idle ratio of the {d} data link: {idle * 100:.1f}% measured over {len(bursts)} bursts"
+        if not np.isnan(model):
+            s += (f"; the study's model PDU/(4*delay + PDU/throughput) gives {model * 100:.1f}% "
+                  f"for PDU {_fmt_bytes(pdu)}, one-way delay {owd * 1e3:.3f} ms "
+                  f"({out['delay_source']}), throughput {rate / 1e6:.1f} MB/s "
+                  f"({out['rate_source']}).")
+        else:
+            s += " (model needs the PDU block size, delay and throughput)."
+        say(s)
+        within, between = _idle_split(cap, d, bursts)
+        out["idle_within_ns"], out["idle_between_ns"] = within, between
+        if within or between:
+            say(f"Idle time of the data sender: {between / 1e6:.1f} ms between commands "
+                f"(waiting for the next command), {within / 1e6:.1f} ms inside commands "
+                "(data left to send, waiting for ACKs: window-limited).")
+        out["limit"] = _limit_verdict(cap, d, idle, ceil, within, between)
+        say("Limited by: " + out["limit"])
+
+    if cap.track is not None:
+        st = track.state_time(cap.track)
+        st = st[st["state"] != "Open"]
+        out["states"] = st
+        ev = cap.track.events
+        rtx = ev[(ev["kind"] == "retransmit")] if not ev.empty else ev
+        # Exact and estimated marks describe the same retransmissions: count one source.
+        if not rtx.empty and (rtx["source"] == "estimated").any():
+            rtx = rtx[rtx["source"] == "estimated"]
+        out["retransmits"] = len(rtx)
+        for r in st.itertuples():
+            say(f"TCP {r.state} ({r.source}, {r.dir}): {r.intervals} episodes, "
+                f"{r.total_ns / 1e6:.2f} ms in total.")
+        if len(rtx):
+            hit = track.loss_commands(cap.track)
+            cause = _loss_cause(cap, d, len(rtx))
+            say(f"{len(rtx)} retransmissions; commands hit: "
+                f"{', '.join(str(int(c)) for c in hit['cmd'][:20]) or 'unknown (no PDUs)'}"
+                f"{' ...' if len(hit) > 20 else ''}. Cause: {cause}.")
+        elif st.empty and not cap.track.samples.empty:
+            say("No TCP loss, retransmission or congestion episode seen.")
+    return out
+
+
+def _idle_split(cap: Capture, d: str, bursts: pd.DataFrame) -> tuple[int, int]:
+    """Idle gaps of the data sender inside a command's data phase vs between commands."""
+    gaps = data.gaps_from_bursts(bursts)
+    if gaps.empty:
+        return 0, 0
+    sender = "target" if d == "t2i" else "initiator"
+    cmds = cap.commands.get(sender)
+    shift = 0
+    if cmds is None:
+        cmds = cap.main_commands()
+        shift = cap.offset_ns if sender == "target" else 0
+    if cmds is None or cmds.empty or "first_data_ts_ns" not in cmds.columns:
+        return 0, int(gaps["gap_ns"].sum())
+    c = cmds.dropna(subset=["first_data_ts_ns", "last_data_ts_ns"])
+    a = np.sort(c["first_data_ts_ns"].astype(np.int64).to_numpy() + shift)
+    z = c.sort_values("first_data_ts_ns")["last_data_ts_ns"].astype(np.int64).to_numpy() + shift
+    # The command whose data phase began last before the gap: is the gap inside it?
+    k = np.searchsorted(a, gaps["start_ns"].to_numpy(np.int64), side="right") - 1
+    inside = (k >= 0) & (gaps["end_ns"].to_numpy(np.int64) <= z[np.maximum(k, 0)])
+    g = gaps["gap_ns"].to_numpy(np.int64)
+    return int(g[inside].sum()), int(g[~inside].sum())
+
+
+def _window_share(cap: Capture, d: str) -> tuple[float | None, float | None]:
+    """Share of in-flight samples that filled the receive window / the congestion window."""
+    s = cap.track.samples if cap.track is not None else pd.DataFrame()
+    s = s[s["dir"] == d] if not s.empty else s
+    if s.empty:
+        return None, None
+    est = s[s["inflight_bytes"].notna() & s["rwnd"].notna() & (s["inflight_bytes"] > 0)]
+    near_rwnd = float((est["inflight_bytes"] >= 0.9 * est["rwnd"]).mean()) if len(est) else None
+    ex = s[s["cwnd"].notna() & s["inflight_pkts"].notna() & (s["inflight_pkts"] > 0)]
+    full = float((ex["inflight_pkts"] >= ex["cwnd"] - 1).mean()) if len(ex) else None
+    return near_rwnd, full
+
+
+def _limit_verdict(cap: Capture, d: str, idle: float, ceil: dict[str, Any], within: int = 0,
+                   between: int = 0) -> str:
+    near_rwnd, full = _window_share(cap, d)
+    if idle == idle and idle > 0.5 and between >= within:
+        why = "the sender is idle most of the time waiting for the next command"
+        if ceil.get("flat"):
+            why += f" (never more than {ceil['max']} outstanding)"
+        return f"application / protocol-limited: {why}."
+    if near_rwnd is not None and near_rwnd > 0.3:
+        return (f"receive-window-limited: in flight within 10% of the receive window "
+                f"{near_rwnd * 100:.0f}% of the time.")
+    if full is not None and full > 0.3:
+        return (f"cwnd-limited: in flight filled the congestion window {full * 100:.0f}% of "
+                "the time (exact, probe events).")
+    if within > between:
+        return ("window-limited inside commands: the sender waits for ACKs with data left "
+                "to send" + (" (cwnd unknown without probe events; receive window not full)"
+                             if full is None else " (slow start / cwnd growth)") + ".")
+    if idle == idle:
+        return ("sender mostly busy and neither window full: limited by the path or host "
+                "(cwnd unknown without probe events)." if full is None else
+                "sender mostly busy, windows not full: limited by the path or host.")
+    return "unknown (no data segments)."
+
+
+def _loss_cause(cap: Capture, d: str, retransmits: int) -> str:
+    """Local queue drops on the sending host vs drops on the path, from what was recorded."""
+    sender = "target" if d == "t2i" else "initiator"
+    why = []
+    ev = cap.events
+    local = 0
+    if ev is not None and not ev.empty:
+        net = ev[(ev["layer"].astype(str) == "net") & ev["event"].astype(str).str.contains("drop")
+                 & (ev["host"].astype(str) == sender)]
+        local = len(net)
+    path = cap.meta.get("path_stats") if isinstance(cap.meta.get("path_stats"), dict) else {}
+    pd_dir = (path or {}).get(d) if isinstance((path or {}).get(d), dict) else {}
+    path_drops = {k: int(v) for k, v in (pd_dir or {}).items()
+                  if k.startswith("drop") and isinstance(v, int | float) and v > 0}
+    if local and local >= 0.1 * max(retransmits, 1):
+        why.append(f"local queue drops on the {sender} ({local} drop events from the probes): "
+                   "its own device/qdisc queue overflowed, as in the study's Tx256 case")
+    if path_drops:
+        why.append("drops on the emulated path (" + ", ".join(
+            f"{k}={v}" for k, v in path_drops.items()) + "): network loss / a full "
+            "bottleneck queue, not the hosts")
+    if why:
+        return "; ".join(why)
+    if ev is None or ev.empty:
+        return "not visible (no probe events to tell local queue drops from network loss)"
+    return (f"no local drop events on the {sender} ({local}): loss in the network "
+            "(or drops the probes cannot see)")
+
+
+def _img(path: Path) -> str:
+    b64 = base64.b64encode(path.read_bytes()).decode()
+    return f'<img src="data:image/png;base64,{b64}" style="max-width:100%">'
+
+
+CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc}
+.warn{background:#c62828;color:#fff;padding:.6em;font-weight:bold;margin:.3em 0}
+.note{background:#fff3cd;padding:.4em;margin:.3em 0}.missing{color:#8a6d00}
+li{margin:.3em 0}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:2px 6px;font-size:.9em}"""
+
+
+def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Path]],
+               path: Path, trace_note: str) -> None:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>istrace report "
+             f"{e(cap.dir.name)}</title><style>{CSS}</style></head><body>",
+             f"<h1>istrace report: {e(str(cap.dir))}</h1>"]
+    for w in diag["warnings"]:
+        cls = "warn" if w.startswith("CAPTURE DROPS") else "note"
+        parts.append(f"<div class='{cls}'>WARNING: {e(w)}</div>")
+    parts.append("<h2>Diagnosis</h2><ul>")
+    parts += [f"<li>{e(f)}</li>" for f in diag["findings"]] or ["<li>nothing to say</li>"]
+    parts.append("</ul>")
+    parts.append(f"<p>{e(cap.clock_note)}. {e(trace_note)}</p>")
+    if diag["missing"]:
+        parts.append("<h2>Missing inputs</h2><ul class='missing'>")
+        parts += [f"<li>{e(m)}</li>" for m in diag["missing"]]
+        parts.append("</ul>")
+    st = diag.get("states")
+    if st is not None and not st.empty:
+        parts.append("<h2>TCP congestion states</h2>" + st.to_html(index=False))
+    titles = {"ladder": "Packet ladder", "tcpseq": "TCP sequence / time",
+              "cwnd": "Congestion window, CA state, throughput",
+              "timeline": "Cross-layer timeline", "throughput": "Throughput",
+              "resptime": "Response time", "outstanding": "Commands outstanding"}
+    for kind, paths in plots_made.items():
+        png = [p for p in paths if p.suffix == ".png"]
+        if png:
+            parts.append(f"<h2>{e(titles.get(kind, kind))}</h2>{_img(png[0])}")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts))
+
+
+def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    print(f"report: loading {d} (decode/track as needed) ...", file=sys.stderr)
+    cap = load_capture(d)
+    if cap.track is not None and not cap.track.samples.empty:
+        from istrace.track.track_cli import write_result
+        write_result(cap.track, d / "track.csv")
+    print("report: plotting ...", file=sys.stderr)
+    made = plot_cli.make_plots(cap, d / "plots", plot_cli.KINDS, formats=("png",))
+    diag = diagnose(cap)
+    spans = plot_cli.timeline_spans(cap)
+    inst = perfetto.merged_instants(cap)
+    n = perfetto.write_trace(d / "trace.json", spans, inst)
+    note = f"Perfetto / Chrome trace: {d / 'trace.json'} ({n} events)."
+    path = out or d / "report.html"
+    write_html(cap, diag, made, path, note)
+    return path, diag
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="istrace report", description=__doc__.split("\n")[0])
+    ap.add_argument("dir", help="capture directory")
+    ap.add_argument("--out", help="HTML file (default DIR/report.html)")
+    args = ap.parse_args(argv)
+    d = Path(args.dir)
+    if not d.is_dir():
+        print(f"istrace report: {d}: not a directory", file=sys.stderr)
+        return 2
+    path, diag = report(d, Path(args.out) if args.out else None)
+    for w in diag["warnings"]:
+        print(f"WARNING: {w}", file=sys.stderr)
+    for f in diag["findings"]:
+        print(f"- {f}")
+    for m in diag["missing"]:
+        print(f"missing: {m}")
+    print(f"wrote {path}")
+    return 0

@@ -1,1 +1,0 @@
-"""istrace plots and reports."""
