@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import synth
 from istrace.capture.load import load_capture
-from istrace.plot import data, plot_cli
+from istrace.plot import data, render
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_resp_times_and_sizes(cap1):
 
 def test_timeline_spans_every_row(cap1):
     cap, t = cap1
-    spans = plot_cli.timeline_spans(cap)
+    spans = render.timeline_spans(cap)
     summ = data.span_summary(spans).set_index("row")
     assert summ.loc["initiator syscall", "spans"] == 1
     assert summ.loc["initiator block", "spans"] == 4
@@ -114,7 +114,7 @@ def test_timeline_spans_every_row(cap1):
     assert isc["start_ns"].tolist() == t.issue and isc["end_ns"].tolist() == t.resp
     sc = spans[spans["row"] == "initiator syscall"].iloc[0]
     assert (sc["start_ns"], sc["end_ns"]) == t.syscall
-    w = plot_cli.default_timeline_window(spans)
+    w = render.default_timeline_window(spans)
     assert w[0] <= t.syscall[0] and w[1] >= t.syscall[1]
 
 
@@ -149,8 +149,8 @@ def test_track_on_capture(cap1):
 
 def test_plots_render(cap1, tmp_path):
     cap, _ = cap1
-    made = plot_cli.make_plots(cap, tmp_path, plot_cli.KINDS)
-    for kind in plot_cli.KINDS:
+    made = render.make_plots(cap, tmp_path, render.KINDS)
+    for kind in render.KINDS:
         png, svg = made[kind]
         assert png.stat().st_size > 5000 and svg.stat().st_size > 5000
 
@@ -158,7 +158,7 @@ def test_plots_render(cap1, tmp_path):
 def test_timeline_lanes_keep_concurrent_spans_apart(tmp_path):
     synth.make_capture(tmp_path, n_cmds=24, qd=2)
     cap = load_capture(tmp_path, do_track=False)
-    spans = plot_cli.timeline_spans(cap)
+    spans = render.timeline_spans(cap)
     isc = spans[spans["row"] == "initiator iSCSI"]
     a, b = isc["start_ns"].to_numpy(), isc["end_ns"].to_numpy()
     lanes = data.assign_lanes(a, b)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from istrace.capture import pdu_fallback
 from istrace.capture.load import load_capture
-from istrace.plot import data, plot_cli
-from istrace.report import report
+from istrace.plot import data, render
+from istrace.report import diagnosis, html
 from istrace.system.paths import binary
 from istrace.testbed import namespaces as testbed
 
@@ -120,7 +120,7 @@ def test_pdus_match_tshark_and_workload(real):
     owd = (rd["t_recv_ns"] - rd["t_send_ns"]).to_numpy()
     assert (owd >= -50_000).all() and np.median(owd) < 1_000_000  # veth: microseconds
     assert rd[rd["kind"] == "SCSI Data-In"]["bytes"].tolist() == [SIZE] * N_CMDS
-    spans = plot_cli.timeline_spans(cap)
+    spans = render.timeline_spans(cap)
     for row in ("initiator iSCSI", "initiator TCP", "wire", "target TCP", "target iSCSI"):
         got = set(spans.loc[spans["row"] == row, "cmd"].dropna().astype(int))
         assert set(reads["cmd"].astype(int)) <= got, row
@@ -152,7 +152,7 @@ def test_tracker_and_seq_graph(real):
 
 def test_report_on_real_capture(real):
     out, _ = real
-    path, diag = report.report(out)
+    path, diag = html.report(out)
     assert path.read_text().count("data:image/png;base64,") == 7
     assert diag["outstanding"]["max"] == 1
     assert diag["sizes"]["scsi_command"]["typical"] == SIZE
@@ -220,7 +220,7 @@ def test_real_queue_depth_ceiling(tmp_path):
     assert len(reads) == 64
     ceil = data.outstanding_ceiling(data.outstanding(reads))
     assert ceil["max"] == qd and ceil["flat"], ceil
-    diag = report.diagnose(cap)
+    diag = diagnosis.diagnose(cap)
     assert diag["outstanding"]["max"] == qd
 
 

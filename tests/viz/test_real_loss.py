@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from istrace.capture.load import load_capture
-from istrace.report import report
+from istrace.report import diagnosis
 
 
 def test_bottleneck_drops_vs_tracker(tmp_path):
@@ -40,5 +40,5 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     assert st["state"].isin(["Recovery", "Loss"]).sum() >= 1
     # Losses tied to the READ they hit (a resent login or response PDU may have none).
     assert rtx["cmd"].notna().mean() >= 0.9, rtx["cmd"].isna().sum()
-    diag = report.diagnose(cap)
+    diag = diagnosis.diagnose(cap)
     assert "emulated path" in " ".join(diag["findings"])

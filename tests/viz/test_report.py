@@ -6,12 +6,13 @@ import shutil
 import pytest
 import synth
 from istrace.capture.load import load_capture
-from istrace.report import report
+from istrace.cli import report as report_cli
+from istrace.report import html
 
 
 def test_report_on_qd1(tmp_path):
     t = synth.make_capture(tmp_path, n_cmds=32, qd=1)
-    path, diag = report.report(tmp_path)
+    path, diag = html.report(tmp_path)
     text = path.read_text()
     assert path.stat().st_size > 50_000 and text.count("data:image/png;base64,") == 7
     assert diag["sizes"]["scsi_command"]["typical"] == 32768
@@ -51,7 +52,7 @@ def test_report_degrades_and_warns(tmp_path):
     meta = json.loads((tmp_path / "meta.json").read_text())
     meta["capture"]["initiator"]["dropped"] = 17
     (tmp_path / "meta.json").write_text(json.dumps(meta))
-    path, diag = report.report(tmp_path)
+    path, diag = html.report(tmp_path)
     assert any("17 packets dropped" in w for w in diag["warnings"])
     assert any("target.pcap" in m for m in diag["missing"])
     assert any("probe events" in m for m in diag["missing"])
@@ -62,4 +63,4 @@ def test_report_degrades_and_warns(tmp_path):
 
 
 def test_report_cli_errors(tmp_path):
-    assert report.main([str(tmp_path / "nope")]) == 2
+    assert report_cli.main([str(tmp_path / "nope")]) == 2

@@ -102,3 +102,25 @@ def negotiated(pcap: Path, port: int = 3260) -> dict[str, Any]:
         return {"unavailable": f"decoder failed: {exc}"}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def meta_number(meta: dict[str, Any], *keys: str) -> float | None:
+    """First numeric value found under any of `keys`, at top level or one level down."""
+    for k in keys:
+        if isinstance(meta.get(k), int | float):
+            return float(meta[k])
+    for v in meta.values():
+        if isinstance(v, dict):
+            for k in keys:
+                if isinstance(v.get(k), int | float):
+                    return float(v[k])
+    return None
+
+
+def one_way_ms(meta: dict[str, Any]) -> float | None:
+    """The run's one-way delay: the mean of both directions' settings when given apart."""
+    a = meta_number(meta, "delay_i2t_ms")
+    b = meta_number(meta, "delay_t2i_ms")
+    if a is not None and b is not None:
+        return (a + b) / 2
+    return meta_number(meta, "delay_ms", "one_way_ms")

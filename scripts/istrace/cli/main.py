@@ -18,9 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("istrace.cli.merge", "merge both hosts' event streams onto one clock"),
     "probe": ("istrace.probe.loader", "attach the BPF probes and stream events"),
     "track": ("istrace.track.track_cli", "TCP cwnd/congestion-state time series"),
-    "plot": ("istrace.plot.plot_cli", "ladder, tcptrace, cwnd, cross-layer timeline plots"),
+    "plot": ("istrace.cli.plot", "ladder, tcptrace, cwnd, cross-layer timeline plots"),
     "gen": ("istrace.cli.gen", "pseudo-initiator: iSCSI READs/WRITEs of any size"),
-    "report": ("istrace.report.report", "diagnosis report (HTML with embedded plots)"),
+    "report": ("istrace.cli.report", "diagnosis report (HTML with embedded plots)"),
     "reproduce": ("istrace.cli.reproduce", "re-run the studies' experiments"),
 }
 

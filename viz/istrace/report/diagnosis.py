@@ -1,24 +1,20 @@
-"""`istrace report DIR` -> DIR/report.html (self-contained, plots embedded) + DIR/trace.json.
+"""The diagnosis of a capture: the numbers the study drew by hand, and the verdict.
 
-Runs what it can: decode (if the decoder is built and pdus.csv is absent), track, every plot;
-then writes the diagnosis the study drew by hand, in words and numbers, saying which inputs
-were missing and warning loudly about capture drops.
+`diagnose` returns every number (tested directly) plus sentences for the report; it says
+which inputs were missing rather than guessing.
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
-import html
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from istrace.capture.load import Capture, load_capture
-from istrace.plot import data, plot_cli
-from istrace.report import perfetto
+from istrace.capture.load import Capture
+from istrace.capture.meta import meta_number as _meta_number
+from istrace.capture.meta import one_way_ms
+from istrace.plot import data
+from istrace.plot.render import data_dir, sender_segs
 from istrace.track import tracker as track
 
 
@@ -28,35 +24,13 @@ def _fmt_bytes(n: float | None) -> str:
     return data._size(n)
 
 
-def _meta_number(meta: dict[str, Any], *keys: str) -> float | None:
-    """First numeric value found under any of `keys`, at top level or one level down."""
-    for k in keys:
-        if isinstance(meta.get(k), int | float):
-            return float(meta[k])
-    for v in meta.values():
-        if isinstance(v, dict):
-            for k in keys:
-                if isinstance(v.get(k), int | float):
-                    return float(v[k])
-    return None
-
-
-def one_way_ms(meta: dict[str, Any]) -> float | None:
-    """The run's one-way delay: the mean of both directions' settings when given apart."""
-    a = _meta_number(meta, "delay_i2t_ms")
-    b = _meta_number(meta, "delay_t2i_ms")
-    if a is not None and b is not None:
-        return (a + b) / 2
-    return _meta_number(meta, "delay_ms", "one_way_ms")
-
-
 def diagnose(cap: Capture) -> dict[str, Any]:
     """Every number of the verdict (tested directly), plus sentences for the report."""
     out: dict[str, Any] = {"findings": [], "warnings": list(cap.warnings),
                            "missing": list(cap.missing)}
     say = out["findings"].append
     cmds = cap.main_commands()
-    d = plot_cli.data_dir(cap)
+    d = data_dir(cap)
     out["data_dir"] = d
 
     sizes = data.block_sizes(cmds, cap.events)
@@ -91,7 +65,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
                   "can_queue, or the workload's own) caps parallelism.")
         say(s)
 
-    segs = plot_cli.sender_segs(cap, d)
+    segs = sender_segs(cap, d)
     if segs is not None:
         bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
         rate_meta = _meta_number(cap.meta, "socket_Bps", "socket_bytes_per_s")
@@ -248,86 +222,3 @@ def _loss_cause(cap: Capture, d: str, retransmits: int) -> str:
         return "not visible (no probe events to tell local queue drops from network loss)"
     return (f"no local drop events on the {sender} ({local}): loss in the network "
             "(or drops the probes cannot see)")
-
-
-def _img(path: Path) -> str:
-    b64 = base64.b64encode(path.read_bytes()).decode()
-    return f'<img src="data:image/png;base64,{b64}" style="max-width:100%">'
-
-
-CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
-h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc}
-.warn{background:#c62828;color:#fff;padding:.6em;font-weight:bold;margin:.3em 0}
-.note{background:#fff3cd;padding:.4em;margin:.3em 0}.missing{color:#8a6d00}
-li{margin:.3em 0}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:2px 6px;font-size:.9em}"""
-
-
-def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Path]],
-               path: Path, trace_note: str) -> None:
-    e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>istrace report "
-             f"{e(cap.dir.name)}</title><style>{CSS}</style></head><body>",
-             f"<h1>istrace report: {e(str(cap.dir))}</h1>"]
-    for w in diag["warnings"]:
-        cls = "warn" if w.startswith("CAPTURE DROPS") else "note"
-        parts.append(f"<div class='{cls}'>WARNING: {e(w)}</div>")
-    parts.append("<h2>Diagnosis</h2><ul>")
-    parts += [f"<li>{e(f)}</li>" for f in diag["findings"]] or ["<li>nothing to say</li>"]
-    parts.append("</ul>")
-    parts.append(f"<p>{e(cap.clock_note)}. {e(trace_note)}</p>")
-    if diag["missing"]:
-        parts.append("<h2>Missing inputs</h2><ul class='missing'>")
-        parts += [f"<li>{e(m)}</li>" for m in diag["missing"]]
-        parts.append("</ul>")
-    st = diag.get("states")
-    if st is not None and not st.empty:
-        parts.append("<h2>TCP congestion states</h2>" + st.to_html(index=False))
-    titles = {"ladder": "Packet ladder", "tcpseq": "TCP sequence / time",
-              "cwnd": "Congestion window, CA state, throughput",
-              "timeline": "Cross-layer timeline", "throughput": "Throughput",
-              "resptime": "Response time", "outstanding": "Commands outstanding"}
-    for kind, paths in plots_made.items():
-        png = [p for p in paths if p.suffix == ".png"]
-        if png:
-            parts.append(f"<h2>{e(titles.get(kind, kind))}</h2>{_img(png[0])}")
-    parts.append("</body></html>")
-    path.write_text("\n".join(parts))
-
-
-def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    print(f"report: loading {d} (decode/track as needed) ...", file=sys.stderr)
-    cap = load_capture(d)
-    if cap.track is not None and not cap.track.samples.empty:
-        from istrace.track.track_cli import write_result
-        write_result(cap.track, d / "track.csv")
-    print("report: plotting ...", file=sys.stderr)
-    made = plot_cli.make_plots(cap, d / "plots", plot_cli.KINDS, formats=("png",))
-    diag = diagnose(cap)
-    spans = plot_cli.timeline_spans(cap)
-    inst = perfetto.merged_instants(cap)
-    n = perfetto.write_trace(d / "trace.json", spans, inst)
-    note = f"Perfetto / Chrome trace: {d / 'trace.json'} ({n} events)."
-    path = out or d / "report.html"
-    write_html(cap, diag, made, path, note)
-    return path, diag
-
-
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="istrace report", description=__doc__.split("\n")[0])
-    ap.add_argument("dir", help="capture directory")
-    ap.add_argument("--out", help="HTML file (default DIR/report.html)")
-    args = ap.parse_args(argv)
-    d = Path(args.dir)
-    if not d.is_dir():
-        print(f"istrace report: {d}: not a directory", file=sys.stderr)
-        return 2
-    path, diag = report(d, Path(args.out) if args.out else None)
-    for w in diag["warnings"]:
-        print(f"WARNING: {w}", file=sys.stderr)
-    for f in diag["findings"]:
-        print(f"- {f}")
-    for m in diag["missing"]:
-        print(f"missing: {m}")
-    print(f"wrote {path}")
-    return 0

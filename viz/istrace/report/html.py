@@ -1,0 +1,78 @@
+"""`report.html`: the diagnosis and every plot in one self-contained page (plots embedded),
+plus trace.json (Chrome/Perfetto) beside it."""
+
+from __future__ import annotations
+
+import base64
+import html
+import sys
+from pathlib import Path
+from typing import Any
+
+from istrace.capture.load import Capture, load_capture
+from istrace.plot.render import KINDS, make_plots, timeline_spans
+from istrace.report import perfetto
+from istrace.report.diagnosis import diagnose
+
+
+def _img(path: Path) -> str:
+    b64 = base64.b64encode(path.read_bytes()).decode()
+    return f'<img src="data:image/png;base64,{b64}" style="max-width:100%">'
+
+
+CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc}
+.warn{background:#c62828;color:#fff;padding:.6em;font-weight:bold;margin:.3em 0}
+.note{background:#fff3cd;padding:.4em;margin:.3em 0}.missing{color:#8a6d00}
+li{margin:.3em 0}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:2px 6px;font-size:.9em}"""
+
+
+def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Path]],
+               path: Path, trace_note: str) -> None:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>istrace report "
+             f"{e(cap.dir.name)}</title><style>{CSS}</style></head><body>",
+             f"<h1>istrace report: {e(str(cap.dir))}</h1>"]
+    for w in diag["warnings"]:
+        cls = "warn" if w.startswith("CAPTURE DROPS") else "note"
+        parts.append(f"<div class='{cls}'>WARNING: {e(w)}</div>")
+    parts.append("<h2>Diagnosis</h2><ul>")
+    parts += [f"<li>{e(f)}</li>" for f in diag["findings"]] or ["<li>nothing to say</li>"]
+    parts.append("</ul>")
+    parts.append(f"<p>{e(cap.clock_note)}. {e(trace_note)}</p>")
+    if diag["missing"]:
+        parts.append("<h2>Missing inputs</h2><ul class='missing'>")
+        parts += [f"<li>{e(m)}</li>" for m in diag["missing"]]
+        parts.append("</ul>")
+    st = diag.get("states")
+    if st is not None and not st.empty:
+        parts.append("<h2>TCP congestion states</h2>" + st.to_html(index=False))
+    titles = {"ladder": "Packet ladder", "tcpseq": "TCP sequence / time",
+              "cwnd": "Congestion window, CA state, throughput",
+              "timeline": "Cross-layer timeline", "throughput": "Throughput",
+              "resptime": "Response time", "outstanding": "Commands outstanding"}
+    for kind, paths in plots_made.items():
+        png = [p for p in paths if p.suffix == ".png"]
+        if png:
+            parts.append(f"<h2>{e(titles.get(kind, kind))}</h2>{_img(png[0])}")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts))
+
+
+def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    print(f"report: loading {d} (decode/track as needed) ...", file=sys.stderr)
+    cap = load_capture(d)
+    if cap.track is not None and not cap.track.samples.empty:
+        from istrace.track.track_cli import write_result
+        write_result(cap.track, d / "track.csv")
+    print("report: plotting ...", file=sys.stderr)
+    made = make_plots(cap, d / "plots", KINDS, formats=("png",))
+    diag = diagnose(cap)
+    spans = timeline_spans(cap)
+    inst = perfetto.merged_instants(cap)
+    n = perfetto.write_trace(d / "trace.json", spans, inst)
+    note = f"Perfetto / Chrome trace: {d / 'trace.json'} ({n} events)."
+    path = out or d / "report.html"
+    write_html(cap, diag, made, path, note)
+    return path, diag
