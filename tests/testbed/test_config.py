@@ -3,14 +3,9 @@
 import argparse
 
 import pytest
+from istrace.cli.testbed import parse_delay, parse_loss, parse_rate
 from istrace.testbed import path as testbed_path
-from istrace.testbed.namespaces import (
-    Testbed,
-    TestbedConfig,
-    parse_delay,
-    parse_loss,
-    parse_rate,
-)
+from istrace.testbed.namespaces import Testbed, TestbedConfig
 
 
 def test_units():

@@ -11,9 +11,8 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "testbed": ("istrace.testbed.namespaces",
-                "bring the namespace (or --kernel VM) testbed up/down"),
-    "capture": ("istrace.session.run", "run a workload and capture both ends at every layer"),
+    "testbed": ("istrace.cli.testbed", "bring the namespace (or --kernel VM) testbed up/down"),
+    "capture": ("istrace.cli.capture", "run a workload and capture both ends at every layer"),
     "decode": ("istrace.cli.decode", "decode a pcap/pcapng into iSCSI PDUs and commands"),
     "merge": ("istrace.cli.merge", "merge both hosts' event streams onto one clock"),
     "probe": ("istrace.probe.loader", "attach the BPF probes and stream events"),

@@ -393,48 +393,9 @@ def _summary(meta: dict[str, Any]) -> int:
     return drops
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="istrace capture", description=__doc__.split("\n")[0])
-    testbed.add_path_args(ap)
-    ap.set_defaults(name="cap")
-    ap.add_argument("--workload", required=True,
-                    help="'gen ARGS' (istrace-gen, target filled in) or any shell command; "
-                         "$ISTRACE_PORTAL, $ISTRACE_IQN, $ISTRACE_TARGET_IP, $ISTRACE_LUN_URL "
-                         "are set")
-    ap.add_argument("--out", required=True, help="capture directory")
-    ap.add_argument("--snaplen", type=int, default=0, help="bytes per packet (0 = all)")
-    ap.add_argument("--filter", default="", help="pcap filter (default: everything)")
-    ap.add_argument("--buffer-kib", type=int, default=BUFFER_KIB,
-                    help=f"tcpdump -B, KiB (default {BUFFER_KIB}; smaller ones drop packets)")
-    ap.add_argument("--timeout", type=float, default=3600, help="workload time limit, s")
-    ap.add_argument("--settle", type=float, default=0.5,
-                    help="seconds to keep capturing after the workload ends")
-    ap.add_argument("--no-probes", action="store_true")
-    ap.add_argument("--keep", action="store_true", help="leave the testbed up afterwards")
-    ap.add_argument("--initiator-host", help="real initiator host (ssh)")
-    ap.add_argument("--target-host", help="real target host (ssh)")
-    ap.add_argument("--ssh-cmd", default="ssh -o BatchMode=yes",
-                    help="command that runs one shell command on a host: CMD HOST 'command'")
-    ap.add_argument("--initiator-iface", default="eth0")
-    ap.add_argument("--target-iface", default="eth0")
-    ap.add_argument("--portal", help="target portal IP[:PORT] (real hosts)")
-    ap.add_argument("--iqn", help="target IQN (real hosts)")
-    ap.add_argument("--remote-dir", default="/tmp/istrace-capture")
-    ap.add_argument("--remote-probe-wait", type=float, default=3.0,
-                    help="seconds to let remote probes attach")
-    a = ap.parse_args(argv)
-    if a.snaplen < 0:
-        ap.error("--snaplen must be >= 0")
-    if a.buffer_kib < 1:
-        ap.error("--buffer-kib must be >= 1")
-    return a
-
-
-def main(argv: list[str]) -> int:
-    if "--kernel" in argv:  # workload inside the full-kernel VM testbed
-        from istrace.testbed import vm as vmtestbed
-        return vmtestbed.main_capture([x for x in argv if x != "--kernel"])
-    a = parse_args(argv)
+def run(a: Any, argv: list[str]) -> int:
+    """One capture session with the options of `istrace capture` (argv kept in meta.json);
+    returns the command's exit code."""
     if os.geteuid() != 0 and not a.initiator_host:
         print("istrace capture: must run as root (namespaces, tcpdump)", file=sys.stderr)
         return 2
@@ -489,4 +450,4 @@ def main(argv: list[str]) -> int:
     return rc
 
 
-__all__ = ["main", "build_workload", "workload_env"]
+__all__ = ["run", "build_workload", "workload_env"]

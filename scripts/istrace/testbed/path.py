@@ -21,14 +21,29 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from istrace.system import netns
 from istrace.system.paths import REPO_ROOT
 from istrace.testbed import state as testbed_state
 
-if TYPE_CHECKING:
-    from istrace.testbed.namespaces import Testbed
+
+class Testbed(Protocol):
+    """What the path needs of a testbed (istrace.testbed.namespaces.Testbed has it): the
+    hosts' namespaces, devices and addresses, its settings, run folder and state record."""
+
+    cfg: Any
+    state: dict[str, Any]
+    run_dir: Path
+    ini_ns: str
+    tgt_ns: str
+    mid_ns: str | None
+    ini_dev: str
+    tgt_dev: str
+    ini_ip: str
+    tgt_ip: str
+
+    def run_ini(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[Any]: ...
 
 TABLE_I2T, TABLE_T2I = 100, 101
 MID_IP = "10.77.0.254"
