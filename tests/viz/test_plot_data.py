@@ -5,13 +5,14 @@ import pytest
 import synth
 from istrace.capture.load import load_capture
 from istrace.plot import data, render
+from istrace.track.of_capture import load_tracked
 
 
 @pytest.fixture(scope="module")
 def cap1(tmp_path_factory):
     d = tmp_path_factory.mktemp("qd1")
     truth = synth.make_capture(d, n_cmds=64, qd=1)
-    return load_capture(d), truth
+    return load_tracked(d), truth
 
 
 def test_loader_finds_everything(cap1):
@@ -78,7 +79,7 @@ def test_outstanding_ceiling(cap1, tmp_path):
     c1 = data.outstanding_ceiling(s1)
     assert c1["max"] == 1 and s1["outstanding"].iloc[-1] == 0
     t2 = synth.make_capture(tmp_path / "qd2", n_cmds=40, qd=2)
-    cap2 = load_capture(tmp_path / "qd2", do_track=False)
+    cap2 = load_capture(tmp_path / "qd2")
     s2 = data.outstanding(cap2.commands["initiator"])
     c2 = data.outstanding_ceiling(s2)
     assert c2["max"] == 2 and c2["flat"] and c2["reached"] >= 10
@@ -157,7 +158,7 @@ def test_plots_render(cap1, tmp_path):
 
 def test_timeline_lanes_keep_concurrent_spans_apart(tmp_path):
     synth.make_capture(tmp_path, n_cmds=24, qd=2)
-    cap = load_capture(tmp_path, do_track=False)
+    cap = load_tracked(tmp_path)
     spans = render.timeline_spans(cap)
     isc = spans[spans["row"] == "initiator iSCSI"]
     a, b = isc["start_ns"].to_numpy(), isc["end_ns"].to_numpy()

@@ -10,11 +10,11 @@ import time
 import numpy as np
 import pytest
 from istrace.capture import pdu_fallback
-from istrace.capture.load import load_capture
 from istrace.plot import data, render
 from istrace.report import diagnosis, html
 from istrace.system.paths import binary
 from istrace.testbed import namespaces as testbed
+from istrace.track.of_capture import load_tracked
 
 N_CMDS, SIZE = 6, 1 << 20
 # Big buffer (the default drops), and every packet handed over at once: without immediate mode
@@ -80,12 +80,12 @@ def test_capture_complete(real):
     assert summary["commands"] == N_CMDS and summary["max_outstanding"] == 1
     for h in ("initiator", "target"):
         assert "0 packets dropped by kernel" in (out / f"tcpdump-{h}.err").read_text()
-    assert not load_capture(out, decode=False, do_track=False).warnings
+    assert not load_tracked(out, decode=False).warnings
 
 
 def test_segments_match_tshark(real):
     out, _ = real
-    cap = load_capture(out)
+    cap = load_tracked(out)
     for host in ("initiator", "target"):
         segs = cap.segs[host]
         rows = _tshark(out / f"{host}.pcap", "-T", "fields", "-e", "tcp.srcport", "-e",
@@ -100,7 +100,7 @@ def test_segments_match_tshark(real):
 
 def test_pdus_match_tshark_and_workload(real):
     out, _ = real
-    cap = load_capture(out)
+    cap = load_tracked(out)
     pdus = cap.pdus["initiator"]
     ops = _tshark(out / "initiator.pcap", "-Y", "iscsi", "-T", "fields", "-e", "iscsi.opcode")
     flat = [int(o, 16) for line in ops for o in line.split(",")]
@@ -128,7 +128,7 @@ def test_pdus_match_tshark_and_workload(real):
 
 def test_tracker_and_seq_graph(real):
     out, _ = real
-    cap = load_capture(out)
+    cap = load_tracked(out)
     tr = cap.track
     s = tr.samples[(tr.samples["dir"] == "t2i") & (tr.samples["host"] == "target")]
     t2i_total = cap.segs["target"].query("dir == 't2i'")["len"].sum()
@@ -174,7 +174,7 @@ def test_python_fallback_decoder_agrees(real):
     reads = cmds[cmds["cdb_name"] == "READ(10)"]
     assert len(reads) == N_CMDS and (reads["bytes_in"] == SIZE).all()
     assert reads["resp_ts_ns"].notna().all() and (reads["outstanding"] == 1).all()
-    c = load_capture(out).commands["initiator"]
+    c = load_tracked(out).commands["initiator"]
     c = c[c["cdb_name"].astype(str).str.startswith("READ(")]
     assert reads["issue_ts_ns"].tolist() == c["issue_ts_ns"].astype("int64").tolist()
     assert reads["lba"].astype(int).tolist() == c["lba"].astype(int).tolist()
@@ -213,7 +213,7 @@ def test_real_queue_depth_ceiling(tmp_path):
     assert json.loads(r.stdout)["max_outstanding"] == qd
     log = (tmp_path / "tcpdump-initiator.err").read_text()
     assert "0 packets dropped by kernel" in log
-    cap = load_capture(tmp_path)
+    cap = load_tracked(tmp_path)
     assert not cap.warnings, cap.warnings  # nothing lost or left unwritten
     cmds = cap.commands["initiator"]
     reads = cmds[cmds["cdb_name"].astype(str).str.startswith("READ(")]

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from istrace.capture.load import load_capture
 from istrace.report import diagnosis
+from istrace.track.of_capture import load_tracked
 
 
 def test_bottleneck_drops_vs_tracker(tmp_path):
@@ -23,7 +23,7 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     assert meta["drops_total"] == 0  # the capture itself is complete
     dropped = meta["path_stats"]["t2i"]["drop_queue"]
     assert dropped > 0, "a 20-packet queue should overflow in slow start"
-    cap = load_capture(out)
+    cap = load_tracked(out)
     sent = cap.segs["target"].query("dir == 't2i' and len > 0")
     ev = cap.track.events
     rtx = ev[(ev["kind"] == "retransmit") & (ev["dir"] == "t2i") & (ev["host"] == "target")]

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 import synth
-from istrace.capture.load import load_capture
 from istrace.cli import report as report_cli
 from istrace.report import html
+from istrace.track.of_capture import load_tracked
 
 
 def test_report_on_qd1(tmp_path):
@@ -58,7 +58,7 @@ def test_report_degrades_and_warns(tmp_path):
     assert any("probe events" in m for m in diag["missing"])
     assert diag["delay_source"].startswith("half the median RTT")
     assert "CAPTURE DROPS" in path.read_text()
-    cap = load_capture(tmp_path)
+    cap = load_tracked(tmp_path)
     assert set(cap.segs) == {"initiator"}
 
 

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from istrace.capture import pdu_fallback
-from istrace.track import tracker as track
+from istrace.capture import layout, pdu_fallback
+from istrace.capture.events import load_events
 from istrace.track.pcap_tcp import PcapError, conn_and_dir, read_segments
-from istrace.track.track_cli import load_events
 
-HOSTS = ("initiator", "target")
+HOSTS = layout.HOSTS
+
+
+class EmptyCapture(ValueError):
+    """The directory holds nothing to analyse."""
 
 
 @dataclass
@@ -35,7 +38,7 @@ class Capture:
     events: pd.DataFrame | None = None                                # probe events, both hosts
     merged: pd.DataFrame | None = None
     clock: dict[str, Any] = field(default_factory=dict)
-    track: track.TrackResult | None = None
+    track: Any = None  # istrace.track.of_capture.track_capture fills it in
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -72,14 +75,6 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
         return None
 
 
-def _decoded_dirs(d: Path, host: str) -> list[Path]:
-    out = [d / "decoded" / host, d / f"decoded-{host}", d / f"decode-{host}", d / host,
-           d / "decoded-fallback" / host]
-    if host == "initiator":
-        out += [d, d / "decoded"]
-    return out
-
-
 def _try_decode(pcap: Path, out: Path) -> str | None:
     """Run the decoder (istrace.capture.decoded) if it is there; error text or None."""
     try:
@@ -96,10 +91,16 @@ def _try_decode(pcap: Path, out: Path) -> str | None:
     return None
 
 
-def load_capture(d: str | Path, decode: bool = True, do_track: bool = True) -> Capture:
+def load_capture(d: str | Path, decode: bool = True) -> Capture:
+    """Everything `d` holds; raises EmptyCapture when it holds no capture input at all."""
     d = Path(d)
+    if not d.is_dir():
+        raise EmptyCapture(f"{d}: not a directory")
+    if not layout.has_capture_input(d):
+        raise EmptyCapture(f"{d}: no capture input (no initiator.pcap, target.pcap or "
+                           "events-*.jsonl/csv): run `istrace capture --out DIR` first")
     cap = Capture(dir=d)
-    meta = d / "meta.json"
+    meta = d / layout.META
     if meta.is_file():
         try:
             cap.meta = json.loads(meta.read_text())
@@ -107,7 +108,7 @@ def load_capture(d: str | Path, decode: bool = True, do_track: bool = True) -> C
             cap.warnings.append(f"meta.json unreadable: {exc}")
     else:
         cap.missing.append("meta.json (run parameters: delay, workload, capture drops)")
-    clock = d / "clock.json"
+    clock = d / layout.CLOCK
     if clock.is_file():
         try:
             cap.clock = json.loads(clock.read_text())
@@ -115,7 +116,7 @@ def load_capture(d: str | Path, decode: bool = True, do_track: bool = True) -> C
             cap.warnings.append("clock.json unreadable")
 
     for host in HOSTS:
-        pcap = d / f"{host}.pcap"
+        pcap = layout.pcap(d, host)
         if not pcap.is_file():
             cap.missing.append(f"{host}.pcap")
             continue
@@ -125,14 +126,14 @@ def load_capture(d: str | Path, decode: bool = True, do_track: bool = True) -> C
             cap.warnings.append(str(exc))
             continue
         found = None
-        for cand in _decoded_dirs(d, host):
-            if (cand / "pdus.csv").is_file():
+        for cand in layout.decoded_dirs(d, host):
+            if (cand / layout.PDUS).is_file():
                 found = cand
                 break
         if found is None and decode:
-            out = d / "decoded" / host
+            out = layout.decoded_dir(d, host)
             err = _try_decode(pcap, out)
-            if err is None and (out / "pdus.csv").is_file():
+            if err is None and (out / layout.PDUS).is_file():
                 found = out
             elif err:
                 # Degrade: the minimal Python PDU reader, said so in the report.
@@ -147,17 +148,17 @@ def load_capture(d: str | Path, decode: bool = True, do_track: bool = True) -> C
                     cap.missing.append(f"decoded PDUs of {host}.pcap ({err}; fallback: {exc})")
         if found is not None:
             for name, store in (("pdus", cap.pdus), ("commands", cap.commands)):
-                t = _read_csv(found / f"{name}.csv")
+                t = _read_csv(found / {"pdus": layout.PDUS, "commands": layout.COMMANDS}[name])
                 if t is not None:
                     store[host] = t
-            if host == "initiator" and (found / "connections.csv").is_file():
-                cap.connections = _read_csv(found / "connections.csv")
+            if host == "initiator" and (found / layout.CONNECTIONS).is_file():
+                cap.connections = _read_csv(found / layout.CONNECTIONS)
 
     cap.events = load_events(d)
     if cap.events is None:
         cap.missing.append("probe events (events-*.jsonl): no syscall/block/SCSI layers, "
                            "no exact cwnd/CA state")
-    merged = d / "merged.parquet"
+    merged = d / layout.MERGED
     if merged.is_file():
         try:
             cap.merged = pd.read_parquet(merged)
@@ -166,22 +167,7 @@ def load_capture(d: str | Path, decode: bool = True, do_track: bool = True) -> C
     else:
         cap.missing.append("merged.parquet (istrace merge): layers aligned from raw tables")
     _capture_drop_warnings(cap)
-    if do_track:
-        cap.track = track_capture(cap)
     return cap
-
-
-def track_capture(cap: Capture) -> track.TrackResult:
-    """The tracker over what the capture holds: probe events exact, each pcap for its sender."""
-    res = track.TrackResult()
-    if cap.events is not None:
-        res.extend(track.track_events(cap.events))
-    pdus = cap.main_pdus()
-    both = len(cap.segs) == 2
-    for host, segs in cap.segs.items():
-        dirs = (("t2i",) if host == "target" else ("i2t",)) if both else ("i2t", "t2i")
-        res.extend(track.track_pcap(segs, pdus, host=host, dirs=dirs))
-    return res
 
 
 def _capture_drop_warnings(cap: Capture) -> None:

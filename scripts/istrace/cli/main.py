@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "decode": ("istrace.cli.decode", "decode a pcap/pcapng into iSCSI PDUs and commands"),
     "merge": ("istrace.cli.merge", "merge both hosts' event streams onto one clock"),
     "probe": ("istrace.probe.loader", "attach the BPF probes and stream events"),
-    "track": ("istrace.track.track_cli", "TCP cwnd/congestion-state time series"),
+    "track": ("istrace.cli.track", "TCP cwnd/congestion-state time series"),
     "plot": ("istrace.cli.plot", "ladder, tcptrace, cwnd, cross-layer timeline plots"),
     "gen": ("istrace.cli.gen", "pseudo-initiator: iSCSI READs/WRITEs of any size"),
     "report": ("istrace.cli.report", "diagnosis report (HTML with embedded plots)"),

@@ -10,8 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from istrace.capture.load import load_capture
+from istrace.capture import layout
+from istrace.capture.load import EmptyCapture
 from istrace.plot.render import KINDS, make_plots
+from istrace.track.of_capture import load_tracked
 
 
 def main(argv: list[str]) -> int:
@@ -33,13 +35,17 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     print(f"loading {d} ...", file=sys.stderr)
-    cap = load_capture(d)
+    try:
+        cap = load_tracked(d)
+    except EmptyCapture as exc:
+        print(f"istrace plot: {exc}", file=sys.stderr)
+        return 2
     for m in cap.missing:
         print(f"missing: {m}", file=sys.stderr)
     for w in cap.warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     try:
-        made = make_plots(cap, Path(args.out) if args.out else d / "plots", kinds, args.window,
+        made = make_plots(cap, Path(args.out) if args.out else d / layout.PLOTS, kinds, args.window,
                           ("png",) if args.no_svg else ("png", "svg"))
     except ValueError as exc:
         print(f"istrace plot: {exc}", file=sys.stderr)

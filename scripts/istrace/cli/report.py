@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from istrace.capture.load import EmptyCapture
 from istrace.report.html import report
 
 
@@ -23,7 +24,11 @@ def main(argv: list[str]) -> int:
     if not d.is_dir():
         print(f"istrace report: {d}: not a directory", file=sys.stderr)
         return 2
-    path, diag = report(d, Path(args.out) if args.out else None)
+    try:
+        path, diag = report(d, Path(args.out) if args.out else None)
+    except EmptyCapture as exc:
+        print(f"istrace report: {exc}", file=sys.stderr)
+        return 2
     for w in diag["warnings"]:
         print(f"WARNING: {w}", file=sys.stderr)
     for f in diag["findings"]:

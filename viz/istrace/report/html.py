@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from istrace.capture.load import Capture, load_capture
+from istrace.capture import layout
+from istrace.capture.load import Capture
+from istrace.capture.outputs import write_track_tables
 from istrace.plot.render import KINDS, make_plots, timeline_spans
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
+from istrace.track.of_capture import load_tracked
 
 
 def _img(path: Path) -> str:
@@ -62,17 +65,17 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
 
 def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
     print(f"report: loading {d} (decode/track as needed) ...", file=sys.stderr)
-    cap = load_capture(d)
+    cap = load_tracked(d)
     if cap.track is not None and not cap.track.samples.empty:
-        from istrace.track.track_cli import write_result
-        write_result(cap.track, d / "track.csv")
+        write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
+                           d / layout.TRACK)
     print("report: plotting ...", file=sys.stderr)
-    made = make_plots(cap, d / "plots", KINDS, formats=("png",))
+    made = make_plots(cap, d / layout.PLOTS, KINDS, formats=("png",))
     diag = diagnose(cap)
     spans = timeline_spans(cap)
     inst = perfetto.merged_instants(cap)
-    n = perfetto.write_trace(d / "trace.json", spans, inst)
-    note = f"Perfetto / Chrome trace: {d / 'trace.json'} ({n} events)."
-    path = out or d / "report.html"
+    n = perfetto.write_trace(d / layout.TRACE_JSON, spans, inst)
+    note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
+    path = out or d / layout.REPORT
     write_html(cap, diag, made, path, note)
     return path, diag

@@ -17,75 +17,12 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from istrace.capture import layout
+from istrace.capture.load import EmptyCapture, load_capture
+from istrace.capture.outputs import write_track_tables
 from istrace.track import tracker as track
+from istrace.track.of_capture import track_capture
 from istrace.track.pcap_tcp import PcapError, conn_and_dir, read_segments
-
-PCAP_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz")
-
-
-def load_events(d: Path) -> pd.DataFrame | None:
-    """All probe event files of a capture directory, as one table (None when there are none)."""
-    frames = []
-    for f in sorted(d.glob("events-*.jsonl")) + sorted(d.glob("events-*.csv")):
-        try:
-            df = (pd.read_json(f, lines=True) if f.suffix == ".jsonl" else pd.read_csv(f))
-        except ValueError as exc:
-            print(f"istrace track: {f}: unreadable ({exc}); skipped", file=sys.stderr)
-            continue
-        if df.empty:
-            continue
-        if "host" not in df.columns:
-            df["host"] = f.stem.removeprefix("events-")
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else None
-
-
-def find_pdus(d: Path) -> pd.DataFrame | None:
-    """Decoded PDUs of the initiator's capture, wherever `istrace decode` put them."""
-    for cand in (d / "pdus.csv", d / "decoded" / "initiator" / "pdus.csv",
-                 d / "decode-initiator" / "pdus.csv", d / "decoded" / "pdus.csv"):
-        if cand.is_file():
-            try:
-                return pd.read_csv(cand, low_memory=False)
-            except ValueError:
-                return None
-    return None
-
-
-def track_dir(d: Path, pdus: pd.DataFrame | None = None) -> track.TrackResult:
-    """Tracker over everything a capture directory holds (exact and estimated rows)."""
-    res = track.TrackResult()
-    events = load_events(d)
-    if events is not None:
-        res.extend(track.track_events(events))
-    else:
-        res.notes.append("no probe events (events-*.jsonl): cwnd/ssthresh/CA state unknown, "
-                         "pcap estimates only")
-    if pdus is None:
-        pdus = find_pdus(d)
-    ini, tgt = d / "initiator.pcap", d / "target.pcap"
-    # Each data direction is best seen where it is sent; fall back to the other end.
-    plan = []
-    if tgt.is_file():
-        plan.append((tgt, "target", ("t2i",) if ini.is_file() else ("t2i", "i2t")))
-    if ini.is_file():
-        plan.append((ini, "initiator", ("i2t",) if tgt.is_file() else ("i2t", "t2i")))
-    if not plan:
-        res.notes.append("no initiator.pcap/target.pcap: no pcap estimates")
-    for path, host, dirs in plan:
-        segs = conn_and_dir(read_segments(path))
-        res.extend(track.track_pcap(segs, pdus, host=host, dirs=dirs))
-    return res
-
-
-def write_result(res: track.TrackResult, out: Path) -> list[Path]:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stem = out.with_suffix("")
-    paths = [out, Path(f"{stem}_states.csv"), Path(f"{stem}_events.csv")]
-    res.samples.to_csv(paths[0], index=False)
-    res.states.to_csv(paths[1], index=False)
-    res.events.to_csv(paths[2], index=False)
-    return paths
 
 
 def summary(res: track.TrackResult) -> str:
@@ -133,8 +70,11 @@ def main(argv: list[str]) -> int:
             return 2
     try:
         if src.is_dir():
-            res = track_dir(src, pdus)
-            out = Path(args.out) if args.out else src / "track.csv"
+            cap = load_capture(src)
+            if pdus is not None:
+                cap.pdus["initiator"] = pdus
+            res = track_capture(cap)
+            out = Path(args.out) if args.out else src / layout.TRACK
         elif src.is_file():
             segs = conn_and_dir(read_segments(src))
             res = track.track_pcap(segs, pdus, host=args.host)
@@ -143,10 +83,10 @@ def main(argv: list[str]) -> int:
         else:
             print(f"istrace track: {src}: no such file or directory", file=sys.stderr)
             return 2
-    except PcapError as exc:
+    except (PcapError, EmptyCapture) as exc:
         print(f"istrace track: {exc}", file=sys.stderr)
         return 2
-    paths = write_result(res, out)
+    paths = write_track_tables(res.samples, res.states, res.events, out)
     print(summary(res))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -1,0 +1,33 @@
+"""The tracker over a whole capture: probe events exact, each pcap for the direction it sends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from istrace.capture.load import Capture, load_capture
+from istrace.track import tracker as track
+
+
+def track_capture(cap: Capture) -> track.TrackResult:
+    """Each data direction is best seen where it is sent; with one pcap, both from there."""
+    res = track.TrackResult()
+    if cap.events is not None:
+        res.extend(track.track_events(cap.events))
+    else:
+        res.notes.append("no probe events (events-*.jsonl): cwnd/ssthresh/CA state unknown, "
+                         "pcap estimates only")
+    pdus = cap.main_pdus()
+    both = len(cap.segs) == 2
+    for host, segs in cap.segs.items():
+        dirs = (("t2i",) if host == "target" else ("i2t",)) if both else ("i2t", "t2i")
+        res.extend(track.track_pcap(segs, pdus, host=host, dirs=dirs))
+    if not cap.segs:
+        res.notes.append("no initiator.pcap/target.pcap: no pcap estimates")
+    return res
+
+
+def load_tracked(d: str | Path, decode: bool = True) -> Capture:
+    """A capture with its tracker result in `cap.track` (what plots and the report need)."""
+    cap = load_capture(d, decode=decode)
+    cap.track = track_capture(cap)
+    return cap

@@ -1,0 +1,72 @@
+"""The names of a capture directory's files: the one place that knows them (docs/architecture.md
+has the table of who writes and who reads each).
+
+    DIR/meta.json                      settings in force, drop counts (istrace.session)
+    DIR/<host>.pcap                    each end's packets (tcpdump)
+    DIR/events-<host>.jsonl|.csv       each end's probe events (istrace-probe)
+    DIR/decoded/<host>/*.csv           the decoder's tables (istrace-decode --csv-dir)
+    DIR/merged.parquet, clock.json     one clock, one trace (istrace merge)
+    DIR/track.csv (+_states, _events)  cwnd/state series (istrace track, report)
+    DIR/plots/, report.html, trace.json  (istrace plot, report)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HOSTS = ("initiator", "target")
+
+META = "meta.json"
+CLOCK = "clock.json"
+MERGED = "merged.parquet"
+MERGED_CSV = "merged.csv"
+TRACK = "track.csv"
+PLOTS = "plots"
+REPORT = "report.html"
+TRACE_JSON = "trace.json"
+
+PDUS = "pdus.csv"
+COMMANDS = "commands.csv"
+CONNECTIONS = "connections.csv"
+
+
+def pcap(d: Path, host: str) -> Path:
+    return d / f"{host}.pcap"
+
+
+def events_file(d: Path, host: str, fmt: str = "jsonl") -> Path:
+    return d / f"events-{host}.{fmt}"
+
+
+def events_files(d: Path) -> list[Path]:
+    """Every host's probe event stream, JSON lines first."""
+    return sorted(d.glob("events-*.jsonl")) + sorted(d.glob("events-*.csv"))
+
+
+def events_host(path: Path) -> str:
+    return path.name.split(".")[0].removeprefix("events-")
+
+
+def decoded_dir(d: Path, host: str) -> Path:
+    """Where `istrace report`/`plot` decode a host's pcap to."""
+    return d / "decoded" / host
+
+
+def decoded_dirs(d: Path, host: str) -> list[Path]:
+    """Where a host's decoded tables may already be: istrace's own folder first, then the
+    folders people pass to `istrace decode --csv-dir` by hand."""
+    out = [decoded_dir(d, host), d / f"decoded-{host}", d / f"decode-{host}", d / host]
+    if host == "initiator":
+        out += [d, d / "decoded"]
+    return out
+
+
+def track_files(out: Path) -> tuple[Path, Path, Path]:
+    """The tracker's samples, CA-state intervals and marks, beside each other."""
+    stem = out.with_suffix("")
+    return out, Path(f"{stem}_states.csv"), Path(f"{stem}_events.csv")
+
+
+def has_capture_input(d: Path) -> bool:
+    """Anything an analysis can start from: a pcap or a probe event stream of either host."""
+    return any(pcap(d, h).is_file() for h in HOSTS) or bool(events_files(d))

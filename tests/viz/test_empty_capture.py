@@ -1,0 +1,50 @@
+"""A directory with no capture input is refused (non-zero, one clear line); a partial one is
+analysed and says what is missing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import synth
+
+ANALYSES = ("report", "track", "plot", "merge")
+
+
+def _istrace(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "istrace.cli.main", *args],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("command", ANALYSES)
+def test_empty_directory_is_refused(tmp_path: Path, command: str) -> None:
+    r = _istrace(command, str(tmp_path))
+    assert r.returncode != 0
+    assert "no capture input" in r.stderr or "nothing to merge" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("command", ("report", "track", "plot"))
+def test_meta_only_directory_is_refused(tmp_path: Path, command: str) -> None:
+    (tmp_path / "meta.json").write_text('{"status": "error"}')
+    r = _istrace(command, str(tmp_path))
+    assert r.returncode == 2 and "no capture input" in r.stderr, r.stderr
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "plots").exists()
+
+
+@pytest.mark.parametrize("command", ("report", "track", "plot"))
+def test_missing_directory_is_refused(tmp_path: Path, command: str) -> None:
+    r = _istrace(command, str(tmp_path / "nope"))
+    assert r.returncode == 2 and "nope" in r.stderr, r.stderr
+
+
+def test_partial_directory_says_what_is_missing(tmp_path: Path) -> None:
+    synth.make_capture(tmp_path, n_cmds=8, qd=1)
+    for f in tmp_path.glob("events-*"):
+        f.unlink()
+    r = _istrace("report", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "missing: probe events" in r.stdout
+    assert (tmp_path / "report.html").is_file()
