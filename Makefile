@@ -10,7 +10,7 @@ all: build
 
 # Re-run the installer when it changes; it is idempotent and fast when nothing is missing.
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP): scripts/deps.sh
+$(DEPS_STAMP): scripts/deps.sh scripts/requirements.txt scripts/constraints.txt
 	bash scripts/deps.sh
 	@touch $@
 

@@ -10,7 +10,7 @@ APT_PACKAGES=(
   tcpdump tshark tgt libiscsi-bin libiscsi-dev
   iproute2 ethtool iputils-ping iperf3 psmisc procps jq time
 )
-PIP_PACKAGES=(wheel pandas matplotlib pyarrow ruff pytest pytest-timeout)
+HERE=$(cd "$(dirname "$0")" && pwd)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -36,15 +36,14 @@ PIP_FLAGS=()
 if "$PY" -c 'import sys,sysconfig,os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"),"EXTERNALLY-MANAGED")) else 1)'; then
   PIP_FLAGS+=(--break-system-packages)
 fi
-pip_missing=()
-for p in "${PIP_PACKAGES[@]}"; do
-  mod=${p//-/_}
-  "$PY" -c "import ${mod}" 2>/dev/null || pip_missing+=("$p")
-done
-if ((${#pip_missing[@]})); then
-  echo "deps: installing pip packages: ${pip_missing[*]}"
-  "$PY" -m pip install -q "${PIP_FLAGS[@]}" "${pip_missing[@]}"
+# Pinned (scripts/requirements.txt, scripts/constraints.txt): a fresh machine gets the versions
+# the tests passed with. pip leaves satisfied pins alone without asking the index.
+if ! "$PY" -m pip install -q "${PIP_FLAGS[@]}" -r "$HERE/requirements.txt" -c "$HERE/constraints.txt" \
+     2>"${TMPDIR:-/tmp}/istrace-deps-pip.$$"; then
+  cat "${TMPDIR:-/tmp}/istrace-deps-pip.$$" >&2; rm -f "${TMPDIR:-/tmp}/istrace-deps-pip.$$"
+  echo "deps: pip could not install scripts/requirements.txt" >&2; exit 1
 fi
+rm -f "${TMPDIR:-/tmp}/istrace-deps-pip.$$"
 # Opt-in, `deps.sh --vm` (istrace.testbed.vm runs it on first use): the full-kernel VM
 # testbed's QEMU, stock kernel, LIO library, open-iscsi and virtme-ng. Heavy, so never by default.
 VM_APT_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static open-iscsi python3-rtslib-fb fio kmod)

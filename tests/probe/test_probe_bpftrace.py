@@ -5,18 +5,19 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from istrace.system.paths import REPO_ROOT, binary
+from istrace.system.paths import binary
 from istrace.testbed.namespaces import Testbed, TestbedConfig
-
-BT = REPO_ROOT / "bpf"
 
 
 def _start(script: str, out: Path) -> subprocess.Popen[bytes]:
     f = open(out, "wb")  # noqa: SIM115 - closed with the process
-    p = subprocess.Popen(["bpftrace", str(BT / script)], stdout=f, stderr=subprocess.STDOUT)
+    # as a user runs it: `istrace probe --script NAME` mounts tracefs first when it is absent
+    p = subprocess.Popen([sys.executable, "-m", "istrace.cli.main", "probe", "--script",
+                          script], stdout=f, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if b"Attaching" in out.read_bytes():

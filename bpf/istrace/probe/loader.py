@@ -1,31 +1,21 @@
-"""`istrace probe`: attach the BPF probes and stream events (runs bpf/istrace-probe).
+"""The BPF probe loader (bpf/istrace-probe) run from Python.
 
-All options belong to the loader (`istrace probe --help` prints them); this module only
-finds the binary.  `Probe` starts one in the background for other tools (capture, tests)
-and waits until its hooks are attached, which the loader signals by writing the stream's
-first line (the `meta` event).
+`Probe` starts one in the background for other tools (capture, tests) and waits until its
+hooks are attached, which the loader signals by writing the stream's first line (the `meta`
+event); `read_meta` reads that line.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from istrace.system.paths import binary, exec_binary
-
-
-def main(argv: list[str]) -> int:
-    if os.geteuid() != 0 and not any(a in ("-h", "--help", "--list-hooks") for a in argv):
-        print("istrace probe: needs root (BPF)", file=sys.stderr)
-        return 2
-    return exec_binary("istrace-probe", argv, "probe")
+from istrace.system.paths import binary
 
 
 def read_meta(path: str | Path) -> dict[str, Any] | None:

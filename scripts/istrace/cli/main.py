@@ -15,7 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("istrace.cli.capture", "run a workload and capture both ends at every layer"),
     "decode": ("istrace.cli.decode", "decode a pcap/pcapng into iSCSI PDUs and commands"),
     "merge": ("istrace.cli.merge", "merge both hosts' event streams onto one clock"),
-    "probe": ("istrace.probe.loader", "attach the BPF probes and stream events"),
+    "probe": ("istrace.cli.probe", "attach the BPF probes and stream events"),
     "track": ("istrace.cli.track", "TCP cwnd/congestion-state time series"),
     "plot": ("istrace.cli.plot", "ladder, tcptrace, cwnd, cross-layer timeline plots"),
     "gen": ("istrace.cli.gen", "pseudo-initiator: iSCSI READs/WRITEs of any size"),
