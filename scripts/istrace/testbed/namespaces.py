@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from types import TracebackType
 from typing import Any
 
 from istrace.system import netns
@@ -28,6 +27,7 @@ from istrace.testbed import path as testbed_path
 from istrace.testbed import pattern
 from istrace.testbed import state as testbed_state
 from istrace.testbed import tgt as testbed_tgt
+from istrace.testbed.lifecycle import UpDown
 
 INI_IP = "10.77.0.1"
 TGT_IP = "10.77.0.2"
@@ -110,7 +110,7 @@ def owner_alive(state: dict[str, Any]) -> int | None:
     return None
 
 
-class Testbed:
+class Testbed(UpDown):
     """One testbed; a context manager that brings it up on enter and down on exit."""
 
     __test__ = False
@@ -138,14 +138,6 @@ class Testbed:
         self._owner = False
 
     # ---- life cycle -------------------------------------------------------------------------
-    def __enter__(self) -> Testbed:
-        self.up()
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.down()
-
     @classmethod
     def attach(cls, name: str) -> Testbed:
         """The running testbed `name` (made by another process); down() is left to its owner."""

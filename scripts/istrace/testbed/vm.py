@@ -29,11 +29,11 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from istrace.system.paths import REPO_ROOT
-from istrace.testbed import pattern, vm_events
+from istrace.testbed import pattern
+from istrace.testbed.lifecycle import UpDown, vm_events
 
 VM_ROOT = Path(os.environ.get("ISTRACE_VM_ROOT", "/tmp/istrace-vm"))
 VMDIR = REPO_ROOT / "scripts" / "vm"
@@ -159,7 +159,7 @@ def _proc_start(pid: int) -> str | None:
         return None
 
 
-class VmTestbed:
+class VmTestbed(UpDown):
     """A running (or to-be-started) VM testbed; a context manager like Testbed."""
 
     def __init__(self, cfg: VmConfig) -> None:
@@ -169,14 +169,6 @@ class VmTestbed:
         self.info: dict[str, Any] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
-    def __enter__(self) -> VmTestbed:
-        self.up()
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.down()
-
     @classmethod
     def attach(cls, name: str) -> VmTestbed:
         state = _load_state(name)
@@ -411,10 +403,14 @@ def main_up(argv: list[str]) -> int:
     return 0
 
 
-def main_down(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="istrace testbed down --kernel")
+def _name_only(prog: str, argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog)
     p.add_argument("--name", default=VmConfig.name)
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main_down(argv: list[str]) -> int:
+    a = _name_only("istrace testbed down --kernel", argv)
     state = _load_state(a.name)
     if state is None:
         print(f"vmtestbed: {a.name!r} is not up", file=sys.stderr)
@@ -426,9 +422,7 @@ def main_down(argv: list[str]) -> int:
 
 
 def main_status(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="istrace testbed status --kernel")
-    p.add_argument("--name", default=VmConfig.name)
-    a = p.parse_args(argv)
+    a = _name_only("istrace testbed status --kernel", argv)
     state = _load_state(a.name)
     if state is None:
         print(f"{a.name}: down")
