@@ -137,6 +137,7 @@ int main(int argc, char **argv)
 	if (!vmlinux_btf)
 		fprintf(stderr, "istrace-probe: no kernel BTF (%s): tp_btf hooks unavailable\n",
 			strerror(errno));
+	ensure_tracefs();
 
 	{
 		size_t n = strlen(opt.out);

@@ -104,6 +104,7 @@ int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap);
 extern struct btf *vmlinux_btf;
 bool btf_has_tp(const char *tp);
 int tracefs_has(const char *tp);
+void ensure_tracefs(void);
 int tracepoint_exists(const struct hook *h);
 int function_exists(const struct hook *h);
 bool have_local_storage(void);

@@ -5,11 +5,14 @@
  * load and gives the "not attached" line a reason a person can act on.  Every answer
  * that cannot be had is -1, "unknown": the kernel then decides at load/attach time.
  */
+#include <errno.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "probe.h"
@@ -74,26 +77,70 @@ static void scan_kallsyms(void)
 	}
 }
 
+#define TRACEFS "/sys/kernel/tracing"
+
+/* tracefs's events/ folder, where the kernel mounts it or under debugfs, or NULL */
+static const char *tracefs_events(void)
+{
+	static const char *const roots[] = { TRACEFS "/events", "/sys/kernel/debug/tracing/events" };
+	size_t i;
+
+	for (i = 0; i < sizeof(roots) / sizeof(roots[0]); i++)
+		if (!access(roots[i], R_OK))
+			return roots[i];
+	return NULL;
+}
+
 /* 1/0 from tracefs (events/<system>/<name>), -1 when tracefs is not mounted */
 int tracefs_has(const char *tp)
 {
-	static const char *const roots[] = { "/sys/kernel/tracing/events",
-					      "/sys/kernel/debug/tracing/events" };
+	const char *root = tracefs_events();
 	char pattern[PATH_MAX];
 	glob_t g;
-	size_t i;
 	int rc;
 
-	for (i = 0; i < 2; i++) {
-		if (access(roots[i], R_OK))
-			continue;
-		snprintf(pattern, sizeof(pattern), "%s/*/%s", roots[i], tp);
-		rc = glob(pattern, 0, NULL, &g);
-		if (rc == 0)
-			globfree(&g);
-		return rc == 0;
+	if (!root)
+		return -1;
+	snprintf(pattern, sizeof(pattern), "%s/*/%s", root, tp);
+	rc = glob(pattern, 0, NULL, &g);
+	if (rc == 0)
+		globfree(&g);
+	return rc == 0;
+}
+
+/* A fresh machine (or a container) may have neither tracefs nor debugfs mounted: the
+ * classic tracepoint variants then cannot attach, and raw_tp loses its cheapest "does
+ * this tracepoint exist" answer.  Most distributions mount it at boot, so mounting it
+ * where the kernel expects it restores the usual state; without the right to, one line
+ * says what is missing and the command that fixes it.  Runs before any hook is chosen. */
+void ensure_tracefs(void)
+{
+	static const char fix[] = "mount -t tracefs nodev " TRACEFS;
+	struct stat st;
+
+	if (tracefs_events())
+		return;
+	if (stat(TRACEFS, &st) || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "istrace-probe: tracefs is not mounted and %s does not exist: this "
+			"kernel has no tracefs (CONFIG_TRACING); tracepoint variants unavailable\n",
+			TRACEFS);
+		return;
 	}
-	return -1;
+	if (mount("tracefs", TRACEFS, "tracefs", 0, NULL)) {
+		if (errno == EPERM || errno == EACCES)
+			fprintf(stderr, "istrace-probe: tracefs is not mounted and only root may "
+				"mount it (tracepoint variants unavailable): %s\n", fix);
+		else
+			fprintf(stderr, "istrace-probe: tracefs is not mounted and mounting it failed "
+				"(%s; tracepoint variants unavailable): %s\n", strerror(errno), fix);
+		return;
+	}
+	if (!tracefs_events()) {
+		fprintf(stderr, "istrace-probe: mounted tracefs at %s but it has no events/ "
+			"(tracepoint variants unavailable)\n", TRACEFS);
+		return;
+	}
+	fprintf(stderr, "istrace-probe: mounted tracefs at %s (it was not mounted)\n", TRACEFS);
 }
 
 int tracepoint_exists(const struct hook *h)
