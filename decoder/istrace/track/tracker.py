@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from istrace.capture.tcpseq import unwrap
 from istrace.track.pcap_tcp import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
 
 SAMPLE_COLUMNS = [
@@ -59,16 +60,6 @@ def _frame(data: dict[str, object], columns: list[str], n: int) -> pd.DataFrame:
         v = data.get(c)
         out[c] = np.full(n, np.nan) if v is None else v
     return pd.DataFrame(out, columns=columns)
-
-
-def _unwrap(values: np.ndarray, base: int) -> np.ndarray:
-    """32-bit TCP sequence numbers -> int64 offsets from `base`, unwrapping once per 4 GiB."""
-    # Signed distance first, so a value just before `base` (a SYN, an old ACK) stays negative.
-    rel = ((values.astype(np.int64) - base + _U32 // 2) % _U32) - _U32 // 2
-    # Any step backwards by more than half the space is a wrap forwards.
-    step = np.diff(rel, prepend=rel[:1])
-    wraps = np.cumsum(np.where(step < -(_U32 // 2), 1, 0) - np.where(step > _U32 // 2, 1, 0))
-    return rel + wraps * _U32
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,7 +195,7 @@ def _probe_delivery_rate(ts: np.ndarray, ack: np.ndarray, key: np.ndarray) -> np
         idx = np.flatnonzero((key == k) & ~np.isnan(ack))
         if len(idx) < 2:
             continue
-        una = _unwrap(ack[idx].astype(np.int64), int(ack[idx][0]))
+        una = unwrap(ack[idx].astype(np.int64), int(ack[idx][0]))
         out[idx] = _rate(ts[idx], una)
     return out
 
@@ -283,7 +274,7 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
 
     # Sender side: each segment's start/end, relative to the first data byte.
     d_ts = data["ts_ns"].to_numpy(np.int64)
-    d_start = _unwrap(data["seq"].to_numpy(np.int64), base)
+    d_start = unwrap(data["seq"].to_numpy(np.int64), base)
     d_len = data["len"].to_numpy(np.int64)
     d_end = d_start + d_len
     prev_max = np.maximum.accumulate(np.concatenate([[0], d_end]))[:-1]
@@ -292,7 +283,7 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     # Receiver side: ACKs of this direction's data.
     acks = rcv[(rcv["flags"] & TCP_ACK) != 0]
     a_ts = acks["ts_ns"].to_numpy(np.int64)
-    a_ack = _unwrap(acks["ack"].to_numpy(np.int64), base) if len(acks) else np.zeros(0, np.int64)
+    a_ack = unwrap(acks["ack"].to_numpy(np.int64), base) if len(acks) else np.zeros(0, np.int64)
     a_ack = np.maximum(a_ack, 0)  # an ACK of the SYN alone: nothing of the data yet
     shift = scales.get((conn, rev)) or 0
     a_win = acks["win"].to_numpy(np.int64) << shift

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace.capture import tcpseq
 from istrace.track.tracker import _codes
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
@@ -382,9 +383,7 @@ def seq_graph(segs: pd.DataFrame | None, d: str = "t2i",
     if x.empty:
         return empty
     base = int(x["seq"].iloc[0])
-    start = ((x["seq"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
-    step = np.diff(start, prepend=start[:1])
-    start = start + np.cumsum(step < -(1 << 31)) * (1 << 32)
+    start = tcpseq.unwrap(x["seq"].to_numpy(np.int64), base)
     end = start + x["len"].to_numpy(np.int64)
     prev = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end]))[:-1]
     rtx = start < prev
@@ -392,8 +391,7 @@ def seq_graph(segs: pd.DataFrame | None, d: str = "t2i",
                        "rtx": rtx})
     rev = "i2t" if d == "t2i" else "t2i"
     a = segs[(segs["dir"] == rev) & ((segs["flags"] & 0x10) != 0)]
-    ack = ((a["ack"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
-    ack = ack + np.cumsum(np.diff(ack, prepend=ack[:1]) < -(1 << 31)) * (1 << 32)
+    ack = tcpseq.unwrap(a["ack"].to_numpy(np.int64), base)
     # The receiver's window is scaled by the shift its SYN announced (if both SYNs had one).
     syn = segs[(segs["flags"] & 0x02) != 0]
     ws = {dd: syn.loc[syn["dir"] == dd, "wscale"] for dd in (d, rev)}
@@ -540,10 +538,10 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
         if xc.empty:
             continue
         base = int(xc["seq"].iloc[0])
-        s0 = ((xc["seq"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
+        s0 = tcpseq.rel(xc["seq"].to_numpy(np.int64), base)
         s1 = s0 + xc["len"].to_numpy(np.int64)
         ts = xc["ts_ns"].to_numpy(np.int64)
-        a = ((pc["tcp_seq"].to_numpy(np.int64) - base + (1 << 31)) % (1 << 32)) - (1 << 31)
+        a = tcpseq.rel(pc["tcp_seq"].to_numpy(np.int64), base)
         ln = 48 + pc.get("ahs_len", pd.Series(0, pc.index)).fillna(0).to_numpy(np.int64) + \
             pc["dsl"].fillna(0).to_numpy(np.int64)
         rng = pd.DataFrame({"cmd": pc["cmd"].to_numpy(), "a": a, "b": a + ln}).groupby("cmd")
