@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from istrace.system.paths import REPO_ROOT
-from istrace.testbed import pattern
-from istrace.testbed.lifecycle import UpDown, vm_events
+from istrace.testbed import pattern, vm_events
+from istrace.testbed.lifecycle import UpDown
 
 VM_ROOT = Path(os.environ.get("ISTRACE_VM_ROOT", "/tmp/istrace-vm"))
 VMDIR = REPO_ROOT / "scripts" / "vm"
