@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from istrace.reproduce import model as m
+from istrace.model import study as m
 
 KB32 = 32 * 1024
 

@@ -3,8 +3,8 @@
 import csv
 
 from istrace.cli import reproduce
+from istrace.model import study as m
 from istrace.reproduce import delay as repro_delay
-from istrace.reproduce import model as m
 from istrace.reproduce import parallel as repro_parallel
 from istrace.reproduce import sessions as repro_sessions
 from istrace.reproduce import window as repro_window

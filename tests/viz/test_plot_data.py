@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import synth
 from istrace.capture.load import load_capture
+from istrace.model import study
 from istrace.plot import data, render
 from istrace.track.of_capture import load_tracked
 
@@ -69,8 +70,9 @@ def test_bursts_idle_gaps_and_ratio(cap1):
     assert rate == pytest.approx(t.rate, rel=0.1)
     # The study's model: 32 KiB at 2 ms one way and 100 MB/s.
     send = 32768 / 100e6
-    assert data.model_idle_ratio(32768, 0.002, 100e6) == pytest.approx(1 - send / (0.008 + send))
-    assert data.model_throughput(32768, 0.002, 100e6) == pytest.approx(32768 / (0.008 + send))
+    assert study.idle_ratio(32768, 0.002, 100e6) == pytest.approx(1 - send / (0.008 + send))
+    assert study.seq_read_throughput(32768, 0.002, 100e6) == pytest.approx(
+        32768 / (0.008 + send))
 
 
 def test_outstanding_ceiling(cap1, tmp_path):

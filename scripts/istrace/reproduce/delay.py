@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from istrace.reproduce import model
+from istrace.model import study as model
 from istrace.reproduce import plot as repro_plot
 from istrace.reproduce import run as repro_run
 from istrace.reproduce.sweep import Progress, Row, SweepCSV, num

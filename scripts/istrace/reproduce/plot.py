@@ -14,7 +14,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from istrace.reproduce import model  # noqa: E402
+from istrace.model import study as model  # noqa: E402
 
 MB = model.MB
 UNLIMITED = 100000  # the parallel experiment's "no limit" marker

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from istrace.reproduce.model import MB
+from istrace.model.study import MB
 from istrace.reproduce.sweep import Progress, Row, SweepCSV, describe, run_points
 from istrace.system import paths
 

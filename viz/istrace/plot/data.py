@@ -257,24 +257,6 @@ def idle_ratio(bursts: pd.DataFrame, start_ns: int | None = None, end_ns: int | 
     return float(1.0 - busy.sum() / total)
 
 
-def model_idle_ratio(pdu_bytes: float, one_way_s: float, rate_bps: float) -> float:
-    """The study's model (seed 000 eq. 2): idle = 1 - (PDU/thr) / (4 delay + PDU/thr)."""
-    if not rate_bps or pdu_bytes <= 0:
-        return float("nan")
-    send = pdu_bytes / rate_bps
-    return 1.0 - send / (4.0 * one_way_s + send)
-
-
-def model_throughput(pdu_bytes: float, one_way_s: float, rate_bps: float) -> float:
-    """Seed 000 eq. 1: PDU / (4 delay + PDU/thr), bytes/s."""
-    if not rate_bps or pdu_bytes <= 0:
-        return float("nan")
-    return pdu_bytes / (4.0 * one_way_s + pdu_bytes / rate_bps)
-
-
-# ------------------------------------------------------------------------------ throughput etc.
-
-
 def throughput(segs: pd.DataFrame | None, d: str = "t2i", bins: int = 200,
                bin_ns: int | None = None) -> pd.DataFrame:
     """Payload bytes per time bin of one direction: t_ns (bin start), bytes, MBps (1e6 B/s)."""

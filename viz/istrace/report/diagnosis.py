@@ -13,6 +13,7 @@ import pandas as pd
 from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number as _meta_number
 from istrace.capture.meta import one_way_ms
+from istrace.model import study
 from istrace.plot import data
 from istrace.plot.render import data_dir, sender_segs
 from istrace.track import tracker as track
@@ -89,7 +90,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
             out["delay_source"] = "meta.json testbed delay"
         out["one_way_s"] = owd
         pdu = pb["typical"] if pb else None
-        model = data.model_idle_ratio(pdu, owd, rate) if pdu and owd is not None and rate \
+        model = study.idle_ratio(pdu, owd, rate) if pdu and owd is not None and rate \
             else float("nan")
         out["model_idle_ratio"] = model
         s = f"Idle ratio of the {d} data link: {idle * 100:.1f}% measured over {len(bursts)} bursts"
