@@ -29,7 +29,7 @@ def read_run(tmp_path_factory: pytest.TempPathFactory):
     assert run.tcpdump_drops == {"initiator": 0, "target": 0}, "capture dropped packets"
     result = merge_dir(out, log=lambda m: None)
     # the PDU tables come from istrace-decode: without them nothing below can hold
-    assert (out / "decoded-initiator" / "commands.csv").is_file(), result.notes
+    assert (out / "decoded" / "initiator" / "commands.csv").is_file(), result.notes
     merged = pd.read_parquet(out / "merged.parquet")
     return run, result, merged
 
@@ -63,7 +63,7 @@ def test_every_available_layer_on_both_ends(read_run) -> None:
 
 def test_cmd_id_ties_the_layers(read_run) -> None:
     _, _, merged = read_run
-    cmds = pd.read_csv(read_run[0].dir / "decoded-initiator" / "commands.csv")
+    cmds = pd.read_csv(read_run[0].dir / "decoded" / "initiator" / "commands.csv")
     reads = cmds[cmds["cdb_name"].astype(str).str.startswith("READ(") &
                  (cmds["xfer_bytes"] == 1 << 20)]
     assert len(reads) >= 10

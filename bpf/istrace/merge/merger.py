@@ -1,7 +1,7 @@
 """Merge both hosts' probe events, PDUs and TCP segments onto one clock (docs/schema.md §6).
 
 Inputs in DIR: events-initiator.jsonl, events-target.jsonl (istrace probe), initiator.pcap,
-target.pcap (istrace capture), decoded-initiator/ and decoded-target/ (istrace decode
+target.pcap (istrace capture), decoded/initiator/ and decoded/target/ (istrace decode
 --csv-dir; made here from the pcaps when absent and the decoder is built).
 
 Clock: a TCP segment sent by one host and received by the other gives
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +36,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
+from istrace.capture import layout
+from istrace.capture.decoded import DecodeError, decode_to_dir
+from istrace.system.paths import MissingBinary
 
 HOSTS = ("initiator", "target")
 
@@ -90,9 +92,10 @@ class ClockEstimate:
 
 def events_file(d: Path, host: str) -> Path:
     """DIR/events-HOST.jsonl or .csv (istrace probe --format); the newer when both exist."""
-    cands = [p for p in (d / f"events-{host}.jsonl", d / f"events-{host}.csv") if p.is_file()]
+    cands = [p for p in (layout.events_file(d, host), layout.events_file(d, host, "csv"))
+             if p.is_file()]
     if not cands:
-        return d / f"events-{host}.jsonl"
+        return layout.events_file(d, host)
     return max(cands, key=lambda p: p.stat().st_mtime)
 
 
@@ -172,18 +175,11 @@ def load_segments(pcap: Path, host: str, ports: tuple[int, ...]) -> pd.DataFrame
 
 def _decode(pcap: Path, out_dir: Path) -> str | None:
     """Run the decoder on a pcap into out_dir; returns a problem text or None."""
-    from istrace.system.paths import MissingBinary, binary
-
     try:
-        exe = binary("istrace-decode")
-    except MissingBinary as exc:
-        return str(exc)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([str(exe), str(pcap), "--csv-dir", str(out_dir)], capture_output=True,
-                       text=True, check=False)
-    if r.returncode != 0:
+        decode_to_dir(pcap, out_dir)
+    except (MissingBinary, DecodeError, OSError) as exc:
         shutil.rmtree(out_dir, ignore_errors=True)
-        return f"istrace-decode {pcap.name} failed ({r.returncode}): {r.stderr.strip()[-300:]}"
+        return f"istrace-decode {pcap.name} failed: {exc}"
     return None
 
 
@@ -205,13 +201,13 @@ def _hex_or_int(s: pd.Series) -> pd.Series:
 
 def load_decoded(d: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     pdus = commands = None
-    if (d / "pdus.csv").is_file():
-        pdus = pd.read_csv(d / "pdus.csv", low_memory=False)
+    if (d / layout.PDUS).is_file():
+        pdus = pd.read_csv(d / layout.PDUS, low_memory=False)
         for c in ("itt", "ttt"):
             if c in pdus:
                 pdus[c] = _hex_or_int(pdus[c])
-    if (d / "commands.csv").is_file():
-        commands = pd.read_csv(d / "commands.csv", low_memory=False)
+    if (d / layout.COMMANDS).is_file():
+        commands = pd.read_csv(d / layout.COMMANDS, low_memory=False)
         if "itt" in commands:
             commands["itt"] = _hex_or_int(commands["itt"])
     return pdus, commands
@@ -441,7 +437,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
             notes.append(f"{h}: the probe lost {n_lost} events (ring buffer full)")
     segs: dict[str, pd.DataFrame] = {}
     for h in HOSTS:
-        p = d / f"{h}.pcap"
+        p = layout.pcap(d, h)
         if not p.is_file() and (d / f"{h}.pcapng").is_file():
             p = d / f"{h}.pcapng"
         if p.is_file():
@@ -453,10 +449,11 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
             notes.append(f"no {h}.pcap")
     decoded: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None]] = {}
     for h in HOSTS:
-        dd = d / f"decoded-{h}"
-        pcap = d / f"{h}.pcap"
-        if not (dd / "pdus.csv").is_file() and pcap.is_file():
-            say(f"merge: decoding {pcap.name} into {dd.name}/")
+        dd = next((c for c in layout.decoded_dirs(d, h) if (c / layout.PDUS).is_file()),
+                  layout.decoded_dir(d, h))
+        pcap = layout.pcap(d, h)
+        if not (dd / layout.PDUS).is_file() and pcap.is_file():
+            say(f"merge: decoding {pcap.name} into {dd.relative_to(d)}/")
             problem = _decode(pcap, dd)
             if problem:
                 notes.append(f"PDUs of {h} not available: {problem}")
@@ -558,12 +555,12 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
     say("merge: sorting and writing")
     order = pc.sort_indices(table, sort_keys=[("ts_ns_merged", "ascending")])
     table = table.take(order)
-    pq.write_table(table, d / "merged.parquet", compression="lz4")
+    pq.write_table(table, d / layout.MERGED, compression="lz4")
     if write_csv:
-        pacsv.write_csv(table, d / "merged.csv")
+        pacsv.write_csv(table, d / layout.MERGED_CSV)
     clock_doc = asdict(clock)
     clock_doc["notes"] = [n for n in notes if "clock" in n]
-    (d / "clock.json").write_text(json.dumps(clock_doc, indent=2) + "\n")
+    (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
     groups = table.group_by(["host", "layer"]).aggregate([("ts_ns", "count")]).to_pylist()
     counts = {f"{g['host']}/{g['layer']}": int(g["ts_ns_count"]) for g in groups}
     return MergeResult(table.num_rows, clock, lost, counts, notes)
