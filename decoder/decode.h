@@ -12,6 +12,7 @@
 
 /* libpcap's handle, declared here so this header needs no feature macros (pcap.h does). */
 typedef struct pcap pcap_t;
+struct tcp_seg; /* packet.h */
 
 #define DECODE_MAX_PORTS 16
 
@@ -19,6 +20,7 @@ struct decode_opts {
 	uint16_t ports[DECODE_MAX_PORTS]; /* iSCSI target ports; default {3260} */
 	int n_ports;
 	uint32_t block_size; /* default block size until READ CAPACITY says otherwise */
+	int segments_only;   /* only the segments sink: no reassembly, no PDUs */
 };
 
 /* Which optional PDU fields are present (schema columns that may be empty). */
@@ -143,6 +145,9 @@ struct decode_sinks {
 	void (*pdu)(void *ctx, const struct pdu_rec *r);
 	void (*cmd)(void *ctx, const struct cmd_rec *r);
 	void (*conn)(void *ctx, const struct conn_rec *r);
+	/* Every TCP segment of the capture, all ports, in file order (NULL: not wanted).
+	 * frame: 0-based index among all packets of the file; seg: packet.h. */
+	void (*seg)(void *ctx, uint64_t frame, int64_t ts_ns, const struct tcp_seg *seg);
 };
 
 void decode_opts_init(struct decode_opts *o);

@@ -23,7 +23,10 @@ static void usage(FILE *f)
 		"output (default: one text line per PDU):\n"
 		"  -v, --verbose       every BHS/CDB field with the byte offsets it came from\n"
 		"      --json          JSON lines, one PDU per line (keys = pdus.csv columns)\n"
-		"      --csv-dir DIR   write DIR/pdus.csv, DIR/commands.csv, DIR/connections.csv\n"
+		"      --csv-dir DIR   write DIR/pdus.csv, DIR/commands.csv, DIR/connections.csv,\n"
+		"                      DIR/segments.csv (every TCP segment, all ports)\n"
+		"      --segments FILE the TCP segments table to FILE ('-' = stdout); alone, only\n"
+		"                      that: no iSCSI decoding, exit 0 even without iSCSI\n"
 		"      --summary       counts per opcode, throughput, response-time percentiles,\n"
 		"                      bytes per SCSI command (the PDU block size)\n"
 		"      --text          text lines even with --csv-dir/--summary\n"
@@ -65,12 +68,13 @@ static int parse_uint(const char *s, unsigned long max, unsigned long *out)
 
 int main(int argc, char **argv)
 {
-	enum { O_JSON = 256, O_CSV, O_SUMMARY, O_PORT, O_BS, O_TEXT };
+	enum { O_JSON = 256, O_CSV, O_SUMMARY, O_PORT, O_BS, O_TEXT, O_SEGS };
 	static const struct option lo[] = {
 		{"verbose", no_argument, NULL, 'v'},     {"json", no_argument, NULL, O_JSON},
 		{"csv-dir", required_argument, NULL, O_CSV}, {"summary", no_argument, NULL, O_SUMMARY},
 		{"port", required_argument, NULL, O_PORT}, {"block-size", required_argument, NULL, O_BS},
 		{"text", no_argument, NULL, O_TEXT},     {"quiet", no_argument, NULL, 'q'},
+		{"segments", required_argument, NULL, O_SEGS},
 		{"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
 	struct decode_opts o;
 	struct out_opts oo;
@@ -88,6 +92,7 @@ int main(int argc, char **argv)
 		case O_CSV: oo.csv_dir = optarg; break;
 		case O_SUMMARY: oo.summary = 1; break;
 		case O_TEXT: force_text = 1; break;
+		case O_SEGS: oo.segments_path = optarg; break;
 		case O_PORT:
 			if (!parse_uint(optarg, 65535, &v) || v == 0) {
 				fprintf(stderr, "istrace-decode: --port: not a TCP port: %s\n", optarg);
@@ -123,9 +128,15 @@ int main(int argc, char **argv)
 	}
 	const char *path = argv[optind];
 	oo.input_name = path;
-	oo.text = force_text || (!oo.json && !oo.csv_dir && !oo.summary);
+	oo.text = force_text || (!oo.json && !oo.csv_dir && !oo.summary && !oo.segments_path);
 	if (oo.verbose && !oo.json)
 		oo.text = 1;
+	/* --segments alone: the segments table is all that is wanted, skip the iSCSI layers. */
+	o.segments_only = oo.segments_path && !oo.text && !oo.json && !oo.csv_dir && !oo.summary;
+	if (oo.segments_path && !strcmp(oo.segments_path, "-") && !o.segments_only) {
+		fprintf(stderr, "istrace-decode: --segments - shares stdout with no other output\n");
+		return 2;
+	}
 	struct stat sb;
 	if (fstat(1, &sb) == 0 && (S_ISFIFO(sb.st_mode) || S_ISCHR(sb.st_mode)))
 		oo.flush_each = 1; /* a pipe or terminal: stream each PDU as it is decoded */
@@ -175,6 +186,8 @@ int main(int argc, char **argv)
 	if (st.read_error)
 		fprintf(stderr, "istrace-decode: %s: capture ends early (%s); decoded what was there\n",
 			path, st.read_error_text);
+	if (o.segments_only)
+		return st.read_error && st.packets == 0 ? 2 : 0;
 	if (st.pdus == 0) {
 		if (st.read_error && st.packets == 0)
 			return 2;

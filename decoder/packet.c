@@ -40,18 +40,22 @@ int packet_dlt_supported(int dlt)
 static enum pkt_result parse_tcp(const uint8_t *p, uint32_t avail, uint32_t seglen,
 				 struct tcp_seg *out)
 {
-	if (avail < 20 || seglen < 20)
+	if (avail < 20)
 		return PKT_SHORT;
 	uint32_t hl = (uint32_t)(p[12] >> 4) * 4;
-	if (hl < 20 || hl > seglen)
-		return PKT_SHORT;
-	if (avail < hl)
-		return PKT_SHORT;
 	out->sport = rd16(p);
 	out->dport = rd16(p + 2);
 	out->seq = rd32(p + 4);
 	out->ack = rd32(p + 8);
 	out->flags = p[13];
+	out->win = rd16(p + 14);
+	out->hlen = hl;
+	out->seglen = seglen;
+	out->tcp_avail = avail;
+	out->tcp = p;
+	out->hdr_seen = 1;
+	if (seglen < 20 || hl < 20 || hl > seglen || avail < hl)
+		return PKT_SHORT;
 	out->payload = p + hl;
 	out->len = seglen - hl;
 	out->caplen = avail - hl < out->len ? avail - hl : out->len;
@@ -149,6 +153,7 @@ enum pkt_result packet_parse(int dlt, const uint8_t *pkt, uint32_t caplen, uint3
 {
 	if (wirelen < caplen)
 		wirelen = caplen;
+	out->hdr_seen = 0;
 	switch (dlt) {
 	case DLT_EN10MB: {
 		if (caplen < 14)

@@ -22,6 +22,15 @@ struct tcp_seg {
 	const uint8_t *payload;
 	uint32_t len;        /* payload length on the wire */
 	uint32_t caplen;     /* payload bytes actually captured (<= len) */
+	/* The raw header, for the segments table (segments_out.c): set as soon as the fixed
+	 * 20 TCP header bytes were captured, also when the result is PKT_SHORT (a bad data
+	 * offset, options cut by the snap length). */
+	uint8_t hdr_seen;
+	uint16_t win;        /* window field, unscaled */
+	uint32_t hlen;       /* data offset * 4, as the header says (may be < 20 when bogus) */
+	uint32_t seglen;     /* TCP header + payload bytes on the wire (from the IP length) */
+	uint32_t tcp_avail;  /* captured bytes from the TCP header on */
+	const uint8_t *tcp;  /* the TCP header */
 };
 
 enum { TH_FIN = 0x01, TH_SYN = 0x02, TH_RST = 0x04, TH_PSH = 0x08, TH_ACK = 0x10 };

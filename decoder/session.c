@@ -935,13 +935,16 @@ void decoder_packet(struct decoder *d, int64_t ts, uint32_t caplen, uint32_t wir
 		    const uint8_t *pkt)
 {
 	struct decode_stats *st = d->st;
-	st->packets++;
+	uint64_t frame = st->packets++;
 	st->bytes_captured += caplen;
 	if (st->first_ts < 0)
 		st->first_ts = ts;
 	st->last_ts = ts;
 	struct tcp_seg g;
-	switch (packet_parse(d->dlt, pkt, caplen, wirelen, &g)) {
+	enum pkt_result pr = packet_parse(d->dlt, pkt, caplen, wirelen, &g);
+	if (g.hdr_seen && d->sk.seg)
+		d->sk.seg(d->sk.ctx, frame, ts, &g);
+	switch (pr) {
 	case PKT_TCP:
 		break;
 	case PKT_NOT_IP: st->non_ip++; return;
@@ -950,6 +953,8 @@ void decoder_packet(struct decoder *d, int64_t ts, uint32_t caplen, uint32_t wir
 	default: st->short_packets++; return;
 	}
 	st->tcp_packets++;
+	if (d->o.segments_only)
+		return;
 	int dir;
 	struct conn *c;
 	if (port_match(d, g.dport)) {

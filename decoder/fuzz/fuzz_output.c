@@ -13,7 +13,8 @@ static char csv_dir[64];
 
 static void remove_scratch(void)
 {
-	static const char *const names[] = { "pdus.csv", "commands.csv", "connections.csv" };
+	static const char *const names[] = { "pdus.csv", "commands.csv", "connections.csv",
+					     "segments.csv" };
 	char path[128];
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		snprintf(path, sizeof path, "%s/%s", csv_dir, names[i]);

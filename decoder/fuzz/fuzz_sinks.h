@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../decode.h"
+#include "../segments_out.h"
 
 static volatile uint64_t fuzz_sink_acc;
 
@@ -45,6 +46,18 @@ static void fuzz_conn(void *ctx, const struct conn_rec *r)
 			 fuzz_str(r->initial_r2t) + fuzz_str(r->notes) + r->pdus + r->block_size;
 }
 
-static const struct decode_sinks fuzz_sinks = { NULL, fuzz_pdu, fuzz_cmd, fuzz_conn };
+static void fuzz_seg(void *ctx, uint64_t frame, int64_t ts, const struct tcp_seg *g)
+{
+	(void)ctx;
+	struct seg_opts o;
+	seg_options(g, &o);
+	uint64_t a = frame + (uint64_t)ts + g->src[15] + g->dst[15] + g->seq + g->win;
+	a += seg_payload_len(g) + (uint64_t)o.tsval + (uint64_t)o.wscale + (uint64_t)o.sack;
+	for (uint32_t i = 0; i < g->tcp_avail && i < g->hlen; i++)
+		a += g->tcp[i];
+	fuzz_sink_acc += a;
+}
+
+static const struct decode_sinks fuzz_sinks = { NULL, fuzz_pdu, fuzz_cmd, fuzz_conn, fuzz_seg };
 
 #endif

@@ -333,7 +333,7 @@ static struct got *decode(struct cap *c, struct decode_stats *st)
 {
 	static struct got g;
 	memset(&g, 0, sizeof g);
-	struct decode_sinks s = {&g, sink_pdu, sink_cmd, sink_conn};
+	struct decode_sinks s = {&g, sink_pdu, sink_cmd, sink_conn, NULL};
 	struct decode_opts o;
 	decode_opts_init(&o);
 	int rc = istrace_decode_buffer(c->buf, c->len, &o, &s, st);
@@ -709,7 +709,7 @@ static void test_garbage(void)
 	/* the raw stream entry point on the same bytes */
 	struct decode_opts o;
 	decode_opts_init(&o);
-	struct decode_sinks s = {g, sink_pdu, sink_cmd, sink_conn};
+	struct decode_sinks s = {g, sink_pdu, sink_cmd, sink_conn, NULL};
 	memset(g, 0, sizeof *g);
 	CHECK(istrace_decode_streams(buf, 20000, 7000, 333, &o, &s, &st) == 0, "streams");
 }
