@@ -2,8 +2,8 @@
 
 import numpy as np
 import pandas as pd
+from istrace.capture.decoded import TCP_ACK, TCP_PSH, TCP_SYN, conn_and_dir
 from istrace.track import tracker as track
-from istrace.track.pcap_tcp import TCP_ACK, TCP_PSH, TCP_SYN, conn_and_dir
 
 INI, TGT = ("10.0.0.1", 40000), ("10.0.0.2", 3260)
 ISN_T, ISN_I = 4_294_960_000, 1000  # target's ISN wraps past 2^32 within the transfer

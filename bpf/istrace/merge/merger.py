@@ -37,7 +37,8 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 from istrace.capture import layout
-from istrace.capture.decoded import DecodeError, decode_to_dir
+from istrace.capture.decoded import DecodeError, conn_and_dir, decode_to_dir
+from istrace.capture.decoded import load_segments as load_segment_table
 from istrace.system.paths import MissingBinary
 
 HOSTS = ("initiator", "target")
@@ -161,12 +162,14 @@ def load_events(path: Path) -> tuple[pd.DataFrame, dict[str, Any], int]:
     return df, meta, lost
 
 
-def load_segments(pcap: Path, host: str, ports: tuple[int, ...]) -> pd.DataFrame:
-    """TCP segments of the iSCSI connections in one host's capture, with conn and dir."""
-    from istrace.merge.segments import read_segments_any
-    from istrace.track.pcap_tcp import conn_and_dir
+SEG_COLUMNS = ["ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags", "win", "len"]
 
-    segs = read_segments_any(pcap)
+
+def load_segments(pcap: Path, host: str, ports: tuple[int, ...],
+                  cache_dir: Path | None = None) -> pd.DataFrame:
+    """TCP segments of the iSCSI connections in one host's capture, with conn and dir (the
+    decoder's segments.csv, kept in cache_dir)."""
+    segs = load_segment_table(pcap, cache_dir=cache_dir)[SEG_COLUMNS]
     segs = segs[segs["sport"].isin(ports) | segs["dport"].isin(ports)]
     segs = conn_and_dir(segs, ports).reset_index(drop=True)
     segs["host"] = host
@@ -435,19 +438,9 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
             notes.append(f"no events-{h}.jsonl (or .csv)")
         if n_lost:
             notes.append(f"{h}: the probe lost {n_lost} events (ring buffer full)")
-    segs: dict[str, pd.DataFrame] = {}
-    for h in HOSTS:
-        p = layout.pcap(d, h)
-        if not p.is_file() and (d / f"{h}.pcapng").is_file():
-            p = d / f"{h}.pcapng"
-        if p.is_file():
-            say(f"merge: reading {p.name}")
-            segs[h] = load_segments(p, h, ports)
-        else:
-            segs[h] = pd.DataFrame(columns=["ts_ns", "host", "conn", "dir", "seq", "ack", "len",
-                                            "flags", "win"])
-            notes.append(f"no {h}.pcap")
+    # The decoder first: its segments.csv (beside the PDUs) is the segment table.
     decoded: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None]] = {}
+    seg_dirs: dict[str, Path] = {}
     for h in HOSTS:
         dd = next((c for c in layout.decoded_dirs(d, h) if (c / layout.PDUS).is_file()),
                   layout.decoded_dir(d, h))
@@ -458,6 +451,23 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
             if problem:
                 notes.append(f"PDUs of {h} not available: {problem}")
         decoded[h] = load_decoded(dd)
+        seg_dirs[h] = dd if (dd / layout.SEGMENTS).is_file() else layout.decoded_dir(d, h)
+    segs: dict[str, pd.DataFrame] = {}
+    for h in HOSTS:
+        p = layout.pcap(d, h)
+        if not p.is_file() and (d / f"{h}.pcapng").is_file():
+            p = d / f"{h}.pcapng"
+        problem = None
+        if p.is_file():
+            say(f"merge: reading {p.name}")
+            try:
+                segs[h] = load_segments(p, h, ports, seg_dirs[h])
+            except (DecodeError, MissingBinary) as exc:
+                problem = f"TCP segments of {p.name} not available: {exc}"
+        if not p.is_file() or problem:
+            segs[h] = pd.DataFrame(columns=["ts_ns", "host", "conn", "dir", "seq", "ack", "len",
+                                            "flags", "win"])
+            notes.append(problem or f"no {h}.pcap")
 
     if offset_override is not None:
         clock = ClockEstimate(offset_override, 0, 0, 0, 0, None, None, "given (--offset-ns)")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from istrace.capture.decoded import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
 from istrace.capture.tcpseq import unwrap
-from istrace.track.pcap_tcp import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
 
 SAMPLE_COLUMNS = [
     "ts_ns", "conn", "dir", "host", "source", "cwnd", "ssthresh", "srtt_us", "rtt_us",

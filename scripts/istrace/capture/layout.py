@@ -28,6 +28,7 @@ TRACE_JSON = "trace.json"
 PDUS = "pdus.csv"
 COMMANDS = "commands.csv"
 CONNECTIONS = "connections.csv"
+SEGMENTS = "segments.csv"
 
 
 def pcap(d: Path, host: str) -> Path:

@@ -2,7 +2,8 @@
 
 Layout (docs/schema.md, `istrace capture --out DIR`): initiator.pcap, target.pcap,
 events-<host>.jsonl, meta.json, merged.parquet + clock.json (`istrace merge`), decoded tables
-(pdus.csv, commands.csv, connections.csv from `istrace decode`). Each table may be missing;
+(pdus.csv, commands.csv, connections.csv, segments.csv from `istrace decode`; the decoder is
+run on a pcap that has none). Each table may be missing;
 `Capture.missing` says which, in words fit for the report.
 """
 
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from istrace.capture import layout, pdu_fallback
+from istrace.capture import layout
+from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.events import load_events
-from istrace.track.pcap_tcp import PcapError, conn_and_dir, read_segments
+from istrace.system.paths import MissingBinary
 
 HOSTS = layout.HOSTS
 
@@ -120,11 +122,6 @@ def load_capture(d: str | Path, decode: bool = True) -> Capture:
         if not pcap.is_file():
             cap.missing.append(f"{host}.pcap")
             continue
-        try:
-            cap.segs[host] = conn_and_dir(read_segments(pcap))
-        except PcapError as exc:
-            cap.warnings.append(str(exc))
-            continue
         found = None
         for cand in layout.decoded_dirs(d, host):
             if (cand / layout.PDUS).is_file():
@@ -136,16 +133,16 @@ def load_capture(d: str | Path, decode: bool = True) -> Capture:
             if err is None and (out / layout.PDUS).is_file():
                 found = out
             elif err:
-                # Degrade: the minimal Python PDU reader, said so in the report.
-                fb = d / "decoded-fallback" / host
-                try:
-                    notes = pdu_fallback.decode_to_dir(pcap, fb)
-                    found = fb
-                    cap.missing.append(f"C decoder output for {host}.pcap ({err}); PDUs from "
-                                       "the minimal Python fallback reader instead")
-                    cap.warnings += [f"{host}.pcap: {n}" for n in notes]
-                except (ValueError, OSError) as exc:
-                    cap.missing.append(f"decoded PDUs of {host}.pcap ({err}; fallback: {exc})")
+                cap.missing.append(f"decoded PDUs of {host}.pcap ({err})")
+        # TCP segments: the decoder's segments.csv beside the PDUs, or made now (segments only).
+        seg_dir = found if found is not None and (found / layout.SEGMENTS).is_file() \
+            else layout.decoded_dir(d, host)
+        try:
+            cap.segs[host] = conn_and_dir(load_segments(pcap, cache_dir=seg_dir))
+        except (DecodeError, MissingBinary, OSError) as exc:
+            cap.warnings.append(f"{host}.pcap: no TCP segments ({exc})")
+            if found is None:
+                continue
         if found is not None:
             for name, store in (("pdus", cap.pdus), ("commands", cap.commands)):
                 t = _read_csv(found / {"pdus": layout.PDUS, "commands": layout.COMMANDS}[name])

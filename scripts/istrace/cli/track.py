@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 from istrace.capture import layout
+from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.load import EmptyCapture, load_capture
 from istrace.capture.outputs import write_track_tables
+from istrace.system.paths import MissingBinary
 from istrace.track import tracker as track
 from istrace.track.of_capture import track_capture
-from istrace.track.pcap_tcp import PcapError, conn_and_dir, read_segments
 
 
 def summary(res: track.TrackResult) -> str:
@@ -76,14 +77,14 @@ def main(argv: list[str]) -> int:
             res = track_capture(cap)
             out = Path(args.out) if args.out else src / layout.TRACK
         elif src.is_file():
-            segs = conn_and_dir(read_segments(src))
+            segs = conn_and_dir(load_segments(src))
             res = track.track_pcap(segs, pdus, host=args.host)
             out = Path(args.out) if args.out else src.with_name(src.name.split(".")[0]
                                                                  + ".track.csv")
         else:
             print(f"istrace track: {src}: no such file or directory", file=sys.stderr)
             return 2
-    except (PcapError, EmptyCapture) as exc:
+    except (DecodeError, MissingBinary, EmptyCapture) as exc:
         print(f"istrace track: {exc}", file=sys.stderr)
         return 2
     paths = write_track_tables(res.samples, res.states, res.events, out)
