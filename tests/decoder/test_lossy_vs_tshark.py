@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from istrace.system.paths import binary
 from istrace.testbed.namespaces import Testbed, TestbedConfig
-from test_vs_tshark import COMPARED, _explain, capture_workloads
+from test_vs_tshark import COMPARED, capture_workloads, explain
 from tshark_pdus import TPdu
 
 READS, READ_SIZE, WRITES, WRITE_SIZE = 10, 1 << 20, 6, 512 << 10
@@ -117,7 +117,7 @@ def test_lossy_agrees_with_tshark(lossy: Lossy) -> None:
             raw = irow.get(col, "")
             ival: object = "" if raw == "" else int(raw, 0)
             compared += 1
-            if ival != p.fields[col] and not _explain(col, irow, p.fields[col], ival):
+            if ival != p.fields[col] and not explain(col, irow, p.fields[col], ival):
                 unexplained.append(f"frame {p.frame} {col}: istrace {raw!r} tshark "
                                    f"{p.fields[col]}")
     assert not unexplained, "\n".join(unexplained[:30])

@@ -190,7 +190,7 @@ def test_same_pdus(real: Real) -> None:
     assert cnt_t == cnt_i
 
 
-def _explain(col: str, irow: dict[str, str], tval: int, ival: object) -> str | None:
+def explain(col: str, irow: dict[str, str], tval: int, ival: object) -> str | None:
     """Why istrace and tshark may legitimately differ on one field, or None."""
     op = int(irow["opcode"])
     flags = int(irow["flags"], 16)
@@ -235,7 +235,7 @@ def test_fields_agree(real: Real) -> None:
             compared[col] += 1
             if ival == tval:
                 continue
-            why = _explain(col, irow, tval, ival)
+            why = explain(col, irow, tval, ival)
             if why:
                 explained[why] += 1
             else:

@@ -78,7 +78,7 @@ def _const(n: int, value: str) -> pd.Categorical:
     return pd.Categorical.from_codes(np.zeros(n, np.int8), [value])
 
 
-def _codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def label_codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(integer codes, distinct labels) of a label column; categoricals cost nothing."""
     if isinstance(series.dtype, pd.CategoricalDtype):
         return series.cat.codes.to_numpy(), np.asarray(series.cat.categories, dtype=object)
@@ -104,13 +104,13 @@ def track_events(events: pd.DataFrame) -> TrackResult:
         d_code = (ev["host"] == "target").to_numpy(dtype=np.int8, na_value=0)
     dirs = np.array(["i2t", "t2i"], dtype=object)
     if "conn" in ev.columns:
-        c_code, c_uniq = _codes(ev["conn"])
+        c_code, c_uniq = label_codes(ev["conn"])
         c_uniq = np.append(c_uniq, "?")
         c_code = np.where(c_code < 0, len(c_uniq) - 1, c_code)
     else:
         c_code, c_uniq = np.zeros(len(ev), np.int64), np.array(["?"], dtype=object)
-    h_code, h_uniq = _codes(ev["host"])
-    e_code, e_uniq = _codes(ev["event"])
+    h_code, h_uniq = label_codes(ev["host"])
+    e_code, e_uniq = label_codes(ev["event"])
 
     def is_event(name: str) -> np.ndarray:
         hit = np.flatnonzero(e_uniq == name)
@@ -127,7 +127,7 @@ def track_events(events: pd.DataFrame) -> TrackResult:
         rwnd = _num(probe, "snd_wnd") if "snd_wnd" in probe.columns else _num(probe, "rwnd")
         ca_col = None
         if "ca_state" in probe.columns:
-            ca_code, ca_uniq = _codes(probe["ca_state"])
+            ca_code, ca_uniq = label_codes(probe["ca_state"])
             ca_col = pd.Categorical.from_codes(ca_code, pd.Index(ca_uniq).astype(object))
         res.samples = _frame({
             "ts_ns": probe["ts_ns"].to_numpy(np.int64), "conn": cat(c_code[is_probe], c_uniq),

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from istrace.capture import tcpseq
-from istrace.track.tracker import _codes
+from istrace.track.tracker import label_codes
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
 LADDER_KINDS = ["SCSI Command", "R2T", "SCSI Data-Out", "SCSI Data-In", "SCSI Response"]
@@ -111,7 +111,7 @@ def ladder_rows(pdus_i: pd.DataFrame | None, pdus_t: pd.DataFrame | None,
     return out[cols]
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
     if pd.isna(n):
         return "?"
     n = float(n)
@@ -129,12 +129,12 @@ def _ladder_label(r: Any) -> str:
     if kind == "SCSI Command":
         cdb = r.cdb
         name = cdb if isinstance(cdb, str) else "SCSI Command"
-        return f"{name} {_size(r.xfer)}"
+        return f"{name} {human_size(r.xfer)}"
     if kind == "R2T":
-        return f"R2T {_size(r.desired)}"
+        return f"R2T {human_size(r.desired)}"
     if kind in DATA_OPS:
         n = int(r.pdus)
-        return f"{kind.removeprefix('SCSI ')} {_size(r.bytes)}" + (
+        return f"{kind.removeprefix('SCSI ')} {human_size(r.bytes)}" + (
             f" ({n} PDUs)" if n > 1 else "")
     return str(kind)
 
@@ -636,7 +636,7 @@ def _cat_from(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
 
 def _labels(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(codes >= 0, labels) of a label column; missing values get the label ''."""
-    codes, uniq = _codes(series)
+    codes, uniq = label_codes(series)
     uniq = np.append(uniq.astype(object), "")
     return np.where(codes < 0, len(uniq) - 1, codes), uniq
 

@@ -38,7 +38,7 @@ def save(fig: Figure, stem: Path, formats: tuple[str, ...] = ("png", "svg")) -> 
     return out
 
 
-def _empty(title: str, why: str) -> Figure:
+def empty_figure(title: str, why: str) -> Figure:
     fig, ax = plt.subplots(figsize=(8, 2.5))
     ax.set_axis_off()
     ax.set_title(title)
@@ -58,11 +58,11 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
            title: str = "iSCSI packet ladder") -> Figure:
     """Time runs down; arrows from sender to receiver column, data bursts as filled bands."""
     if rows.empty:
-        return _empty(title, "no decoded PDUs (need pdus.csv from `istrace decode`)")
+        return empty_figure(title, "no decoded PDUs (need pdus.csv from `istrace decode`)")
     w0, w1 = window if window else data.default_window(rows)
     sel = rows[(rows["t_recv_end_ns"] >= w0) & (rows["t_send_ns"] <= w1)]
     if sel.empty:
-        return _empty(title, "no PDUs in the chosen time window")
+        return empty_figure(title, "no PDUs in the chosen time window")
     t0 = int(w0)
     span_ms = max((w1 - w0) / 1e6, 1e-3)
     fig, ax = plt.subplots(figsize=(8.5, min(3 + 0.32 * len(sel), 14)))
@@ -132,7 +132,7 @@ def tcpseq(graph: dict[str, pd.DataFrame], title: str = "TCP sequence / time (da
            t0: int | None = None) -> Figure:
     sg, ak = graph["segments"], graph["acks"]
     if sg.empty:
-        return _empty(title, "no TCP data segments (need initiator.pcap or target.pcap)")
+        return empty_figure(title, "no TCP data segments (need initiator.pcap or target.pcap)")
     t0 = int(sg["t_ns"].min()) if t0 is None else t0
     fig, ax = plt.subplots(figsize=(10, 5.5))
     mb = 1 / (1 << 20)
@@ -168,7 +168,7 @@ def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
          title: str = "Congestion window and CA state") -> Figure:
     s = samples[samples["dir"] == d] if not samples.empty else samples
     if s.empty:
-        return _empty(title, f"no TCP samples for direction {d}")
+        return empty_figure(title, f"no TCP samples for direction {d}")
     t0 = int(s["ts_ns"].min())
     fig, ax = plt.subplots(figsize=(10, 5))
     exact = s[s["cwnd"].notna()]
@@ -231,7 +231,7 @@ def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
 def timeline(spans: pd.DataFrame, window: tuple[int, int] | None = None,
              title: str = "Cross-layer timeline", max_spans_per_row: int = 4000) -> Figure:
     if spans.empty:
-        return _empty(title, "no spans: need decoded commands or probe events")
+        return empty_figure(title, "no spans: need decoded commands or probe events")
     if window:
         spans = spans[(spans["end_ns"] >= window[0]) & (spans["start_ns"] <= window[1])]
     t0 = int(window[0]) if window else int(spans["start_ns"].min())
@@ -294,7 +294,7 @@ def _merge_spans(a: np.ndarray, b: np.ndarray, cmd: np.ndarray,
 def throughput_plot(series: dict[str, pd.DataFrame], title: str = "Throughput") -> Figure:
     have = {k: v for k, v in series.items() if not v.empty}
     if not have:
-        return _empty(title, "no TCP payload found")
+        return empty_figure(title, "no TCP payload found")
     t0 = min(int(v["t_ns"].min()) for v in have.values())
     fig, ax = plt.subplots(figsize=(10, 4))
     for label, v in have.items():
@@ -310,7 +310,7 @@ def throughput_plot(series: dict[str, pd.DataFrame], title: str = "Throughput") 
 
 def resptime_plot(rt_us: pd.Series, title: str = "SCSI command response time") -> Figure:
     if rt_us.empty:
-        return _empty(title, "no answered commands (need commands.csv)")
+        return empty_figure(title, "no answered commands (need commands.csv)")
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     ms = rt_us.to_numpy() / 1000
     a1.hist(ms, bins=min(60, max(10, len(ms) // 5)), color="tab:blue")
@@ -334,7 +334,7 @@ def resptime_plot(rt_us: pd.Series, title: str = "SCSI command response time") -
 
 def outstanding_plot(series: pd.DataFrame, title: str = "Commands outstanding") -> Figure:
     if series.empty:
-        return _empty(title, "no commands (need commands.csv)")
+        return empty_figure(title, "no commands (need commands.csv)")
     t0 = int(series["t_ns"].min())
     s = data.thin(series, "t_ns", "outstanding", 40000)
     ceil = data.outstanding_ceiling(series)

@@ -85,7 +85,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
                                title=f"TCP sequence / time, {d} (tcptrace style)")
         elif kind == "cwnd":
             if tr is None:
-                fig = plots._empty("cwnd", "tracker not run")
+                fig = plots.empty_figure("cwnd", "tracker not run")
             else:
                 fig = plots.cwnd(tr.samples, tr.states, tr.events, data.throughput(segs, d), d)
         elif kind == "timeline":

@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from istrace.capture.load import Capture
-from istrace.capture.meta import meta_number as _meta_number
-from istrace.capture.meta import one_way_ms
+from istrace.capture.meta import meta_number, one_way_ms
 from istrace.model import study
 from istrace.plot import data
 from istrace.plot.render import data_dir, sender_segs
@@ -22,7 +21,7 @@ from istrace.track import tracker as track
 def _fmt_bytes(n: float | None) -> str:
     if n is None or pd.isna(n):
         return "?"
-    return data._size(n)
+    return data.human_size(n)
 
 
 def diagnose(cap: Capture) -> dict[str, Any]:
@@ -69,8 +68,8 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     segs = sender_segs(cap, d)
     if segs is not None:
         bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
-        rate_meta = _meta_number(cap.meta, "socket_Bps", "socket_bytes_per_s")
-        mbps = _meta_number(cap.meta, "socket_MBps", "socket_mbps_MB")
+        rate_meta = meta_number(cap.meta, "socket_Bps", "socket_bytes_per_s")
+        mbps = meta_number(cap.meta, "socket_MBps", "socket_mbps_MB")
         if rate_meta is None and mbps is not None:
             rate_meta = mbps * 1e6
         rate = rate_meta or data.peak_rate(bursts)
