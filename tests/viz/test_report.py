@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 import synth
+from istrace.capture.outputs import read_verdict
 from istrace.cli import report as report_cli
 from istrace.report import html
 from istrace.track.of_capture import load_tracked
@@ -21,6 +22,12 @@ def test_report_on_qd1(tmp_path):
     assert 0.8 < diag["idle_ratio"] < 0.95
     assert 0.9 < diag["model_idle_ratio"] < 1.0
     assert diag["limit"].startswith("application")
+    v = read_verdict(tmp_path)
+    assert v["primary"]["cause"] == "initiator_concurrency" and v["primary"]["share"] > 0.5
+    assert abs(sum(v["shares"].values()) - 1) < 1e-3
+    assert v["evidence"]["outstanding_max"] == 1
+    little = [h for h in v["help"] if h["model"].startswith("Little")]
+    assert little and little[0]["predicted_MBps"] > little[0]["now_MBps"]
     st = diag["states"]
     assert st["state"].tolist() == ["CWR"] and st["total_ns"].iloc[0] == 1_000_000
     assert (tmp_path / "track.csv").is_file()

@@ -8,6 +8,7 @@ has the table of who writes and who reads each).
     DIR/merged.parquet, clock.json     one clock, one trace (istrace merge)
     DIR/track.csv (+_states, _events)  cwnd/state series (istrace track, report)
     DIR/plots/, report.html, trace.json  (istrace plot, report)
+    DIR/verdict.json                   what limited the transfer (istrace report)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ MERGED_CSV = "merged.csv"
 TRACK = "track.csv"
 PLOTS = "plots"
 REPORT = "report.html"
+VERDICT = "verdict.json"
 TRACE_JSON = "trace.json"
 
 PDUS = "pdus.csv"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 from istrace.capture import layout
 
@@ -16,3 +20,28 @@ def write_track_tables(samples: pd.DataFrame, states: pd.DataFrame, events: pd.D
     for table, path in zip((samples, states, events), paths, strict=True):
         table.to_csv(path, index=False)
     return paths
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN and infinities become null, numpy scalars plain numbers."""
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_verdict(verdict: dict[str, Any], d: Path) -> Path:
+    """verdict.json (docs/schema.md §8) beside report.html; read back with read_verdict."""
+    p = d / layout.VERDICT
+    p.write_text(json.dumps(_json_safe(verdict), indent=1) + "\n")
+    return p
+
+
+def read_verdict(d: Path) -> dict[str, Any]:
+    """A capture directory's verdict.json (after `istrace report`)."""
+    return json.loads((d / layout.VERDICT).read_text())

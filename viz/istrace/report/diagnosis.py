@@ -15,6 +15,7 @@ from istrace.capture.meta import meta_number, one_way_ms
 from istrace.model import study
 from istrace.plot import data
 from istrace.plot.render import data_dir, sender_segs
+from istrace.report import verdict
 from istrace.track import tracker as track
 
 
@@ -29,6 +30,14 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     out: dict[str, Any] = {"findings": [], "warnings": list(cap.warnings),
                            "missing": list(cap.missing)}
     say = out["findings"].append
+    v = verdict.decide(cap)
+    out["verdict"] = v
+    out["limit"] = v["text"]
+    say("Limited by: " + v["text"])
+    for h in v["help"]:
+        pred = (f" -> predicted {h['predicted_MBps']:.1f} MB/s (now {h['now_MBps']:.1f}; "
+                f"{h['model']})" if h.get("predicted_MBps") and h.get("now_MBps") else "")
+        say(f"What would help ({h['cause']}): {h['change']}{pred}.")
     cmds = cap.main_commands()
     d = data_dir(cap)
     out["data_dir"] = d
@@ -107,8 +116,6 @@ def diagnose(cap: Capture) -> dict[str, Any]:
             say(f"Idle time of the data sender: {between / 1e6:.1f} ms between commands "
                 f"(waiting for the next command), {within / 1e6:.1f} ms inside commands "
                 "(data left to send, waiting for ACKs: window-limited).")
-        out["limit"] = _limit_verdict(cap, d, idle, ceil, within, between)
-        say("Limited by: " + out["limit"])
 
     if cap.track is not None:
         st = track.state_time(cap.track)
@@ -155,44 +162,6 @@ def _idle_split(cap: Capture, d: str, bursts: pd.DataFrame) -> tuple[int, int]:
     inside = (k >= 0) & (gaps["end_ns"].to_numpy(np.int64) <= z[np.maximum(k, 0)])
     g = gaps["gap_ns"].to_numpy(np.int64)
     return int(g[inside].sum()), int(g[~inside].sum())
-
-
-def _window_share(cap: Capture, d: str) -> tuple[float | None, float | None]:
-    """Share of in-flight samples that filled the receive window / the congestion window."""
-    s = cap.track.samples if cap.track is not None else pd.DataFrame()
-    s = s[s["dir"] == d] if not s.empty else s
-    if s.empty:
-        return None, None
-    est = s[s["inflight_bytes"].notna() & s["rwnd"].notna() & (s["inflight_bytes"] > 0)]
-    near_rwnd = float((est["inflight_bytes"] >= 0.9 * est["rwnd"]).mean()) if len(est) else None
-    ex = s[s["cwnd"].notna() & s["inflight_pkts"].notna() & (s["inflight_pkts"] > 0)]
-    full = float((ex["inflight_pkts"] >= ex["cwnd"] - 1).mean()) if len(ex) else None
-    return near_rwnd, full
-
-
-def _limit_verdict(cap: Capture, d: str, idle: float, ceil: dict[str, Any], within: int = 0,
-                   between: int = 0) -> str:
-    near_rwnd, full = _window_share(cap, d)
-    if idle == idle and idle > 0.5 and between >= within:
-        why = "the sender is idle most of the time waiting for the next command"
-        if ceil.get("flat"):
-            why += f" (never more than {ceil['max']} outstanding)"
-        return f"application / protocol-limited: {why}."
-    if near_rwnd is not None and near_rwnd > 0.3:
-        return (f"receive-window-limited: in flight within 10% of the receive window "
-                f"{near_rwnd * 100:.0f}% of the time.")
-    if full is not None and full > 0.3:
-        return (f"cwnd-limited: in flight filled the congestion window {full * 100:.0f}% of "
-                "the time (exact, probe events).")
-    if within > between:
-        return ("window-limited inside commands: the sender waits for ACKs with data left "
-                "to send" + (" (cwnd unknown without probe events; receive window not full)"
-                             if full is None else " (slow start / cwnd growth)") + ".")
-    if idle == idle:
-        return ("sender mostly busy and neither window full: limited by the path or host "
-                "(cwnd unknown without probe events)." if full is None else
-                "sender mostly busy, windows not full: limited by the path or host.")
-    return "unknown (no data segments)."
 
 
 def _loss_cause(cap: Capture, d: str, retransmits: int) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from istrace.capture import layout
 from istrace.capture.load import Capture
-from istrace.capture.outputs import write_track_tables
+from istrace.capture.outputs import write_track_tables, write_verdict
 from istrace.plot.render import KINDS, make_plots, timeline_spans
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
@@ -40,6 +40,20 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
     for w in diag["warnings"]:
         cls = "warn" if w.startswith("CAPTURE DROPS") else "note"
         parts.append(f"<div class='{cls}'>WARNING: {e(w)}</div>")
+    v = diag.get("verdict")
+    if v:
+        parts.append(f"<h2>Verdict</h2><p class='verdict'><b>Limited by:</b> {e(v['text'])}</p>")
+        shares = v.get("shares") or {}
+        if shares:
+            parts.append("<table><tr><th>cause</th><th>share of the time</th></tr>" + "".join(
+                f"<tr><td>{e(k)}</td><td>{x * 100:.1f}%</td></tr>" for k, x in shares.items())
+                + "</table>")
+        if v.get("help"):
+            parts.append("<p><b>What would help</b></p><ul>" + "".join(
+                f"<li>{e(h['change'])}" + (f": predicted {h['predicted_MBps']} MB/s (now "
+                                           f"{h['now_MBps']}, {e(str(h['model']))})"
+                                           if h.get("predicted_MBps") else "") + "</li>"
+                for h in v["help"]) + "</ul>")
     parts.append("<h2>Diagnosis</h2><ul>")
     parts += [f"<li>{e(f)}</li>" for f in diag["findings"]] or ["<li>nothing to say</li>"]
     parts.append("</ul>")
@@ -72,6 +86,7 @@ def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
     print("report: plotting ...", file=sys.stderr)
     made = make_plots(cap, d / layout.PLOTS, KINDS, formats=("png",))
     diag = diagnose(cap)
+    write_verdict(diag["verdict"], d)
     spans = timeline_spans(cap)
     inst = perfetto.merged_instants(cap)
     n = perfetto.write_trace(d / layout.TRACE_JSON, spans, inst)

@@ -1,0 +1,310 @@
+"""Where a transfer's time went: every nanosecond of one connection's data phase, given to the
+one cause that held the data sender back at that moment.
+
+The data sender (the target for READs, the initiator for WRITEs) is either sending or idle.
+Its timeline, as seen at its own capture point, is cut into bursts of data segments and the
+gaps between them (istrace.plot.data.data_bursts), and each piece is given a cause:
+
+  idle, the command's data still to send  -> the window that stopped it: tcp_loss_recovery (a
+      loss-recovery CA state), tcp_rwnd (in flight at the receive window), tcp_cwnd (at the
+      congestion window), tcp_sndbuf (neither window full: the socket's send buffer); the
+      kernel's own chronographs (ss rwnd_limited / sndbuf_limited) decide where sampled
+  idle, no data to send                   -> iscsi_r2t (a WRITE waiting for its R2T),
+      target_service (the next command was at the target, not yet answered with data), else
+      initiator_concurrency (the initiator had not sent the next command)
+  sending                                 -> network_capacity (at the path's known capacity),
+      host_cpu_target / host_cpu_initiator (the sender's CPU saturated), else unknown
+
+This is RFC 4898's and Linux's sender-limit triage (tcp_info busy / rwnd_limited /
+sndbuf_limited), extended across the iSCSI and SCSI layers. Causes the accounting cannot tell
+apart without probe events are named with `unsure` reasons rather than guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from istrace.plot import data
+
+LOSS_STATES = ("Recovery", "Loss")
+# In flight within 10% of a window counts as that window being full (one MSS of slack at the
+# small windows a limit shows up with).
+FULL = 0.9
+# A burst sent at >= 75% of the path's capacity is the link doing its job.
+AT_CAPACITY = 0.75
+# A process using >= 90% of the CPU it may use is saturated.
+CPU_SATURATED = 0.9
+
+
+@dataclass
+class Accounting:
+    """Time per cause (ns) over the data phases of the connections accounted."""
+
+    direction: str
+    sender: str
+    time_ns: dict[str, int] = field(default_factory=dict)
+    span_ns: int = 0
+    bytes: int = 0
+    connections: list[str] = field(default_factory=list)
+    unsure: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, cause: str, ns: float) -> None:
+        if ns > 0:
+            self.time_ns[cause] = self.time_ns.get(cause, 0) + int(ns)
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.time_ns.values())
+        if total <= 0:
+            return {}
+        return {k: v / total for k, v in sorted(self.time_ns.items(), key=lambda kv: -kv[1])}
+
+
+def _coverage(intervals: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Breakpoints (t, covered time before t) of a union of [start_ns, end_ns) intervals, so the
+    covered time inside any [a, b] is one np.interp at b minus one at a."""
+    if intervals is None or intervals.empty:
+        return np.array([0.0, 1.0]), np.array([0.0, 0.0])
+    iv = intervals.sort_values("start_ns")
+    s = iv["start_ns"].to_numpy(np.float64)
+    e = np.maximum(iv["end_ns"].to_numpy(np.float64), s)
+    # Merge overlaps so covered time is never counted twice.
+    ends = np.maximum.accumulate(e)
+    new = np.concatenate([[True], s[1:] > ends[:-1]])
+    grp = np.cumsum(new) - 1
+    ms = pd.Series(s).groupby(grp).min().to_numpy()
+    me = pd.Series(ends).groupby(grp).max().to_numpy()
+    t = np.empty(2 * len(ms))
+    t[0::2], t[1::2] = ms, me
+    cov = np.zeros_like(t)
+    cov[1::2] = np.cumsum(me - ms)
+    cov[2::2] = cov[1:-1:2]
+    return t, cov
+
+
+def _covered(cov: tuple[np.ndarray, np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    t, c = cov
+    return np.interp(b, t, c) - np.interp(a, t, c)
+
+
+def _before(ts: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Index of the last element of sorted `ts` at or before each `at` (-1: none)."""
+    return np.searchsorted(ts, at, side="right") - 1
+
+
+def sender_commands(cap: Any, d: str) -> tuple[pd.DataFrame | None, str]:
+    """The commands as timed at the data sender, and where the times come from."""
+    sender = "target" if d == "t2i" else "initiator"
+    cmds = cap.commands.get(sender)
+    if cmds is not None and not cmds.empty:
+        return cmds, f"{sender}.pcap"
+    cmds = cap.main_commands()
+    if cmds is None or cmds.empty:
+        return None, "none"
+    return cmds, f"{'initiator' if sender == 'target' else 'target'}.pcap (other end's times)"
+
+
+def cpu_saturation(cap: Any) -> dict[str, float]:
+    """Mean CPU use of the target and initiator processes as a share of what they may use
+    (their cgroup cap from meta.json when set, else one core), from the host sampler."""
+    cpu = getattr(cap, "cpu", None)
+    if cpu is None or not isinstance(cpu, pd.DataFrame) or cpu.empty \
+            or "what" not in cpu.columns or "busy" not in cpu.columns:
+        return {}
+    out: dict[str, float] = {}
+    caps = {"tgtd": cap.meta.get("tgt_cpu") or (cap.meta.get("testbed") or {}).get("tgt_cpu"),
+            "workload": cap.meta.get("ini_cpu") or (cap.meta.get("testbed") or {}).get("ini_cpu")}
+    for what, host in (("tgtd", "target"), ("workload", "initiator")):
+        x = cpu[cpu["what"] == what]["busy"].dropna()
+        if x.empty:
+            continue
+        limit = float(caps[what]) / 100.0 if caps[what] else 1.0
+        out[host] = float(x.quantile(0.5)) / limit if limit > 0 else float("nan")
+    return out
+
+
+def _window_cause(samples: pd.DataFrame, at: np.ndarray) -> tuple[np.ndarray, bool]:
+    """For each time in `at`: which window held in-flight data back, from the tracker sample
+    just before it (exact rows for cwnd, any row for the receive window)."""
+    n = len(at)
+    cause = np.full(n, "tcp_window", dtype=object)
+    if samples is None or samples.empty:
+        return cause, False
+    s = samples.sort_values("ts_ns")
+    exact = s[s["source"].astype(str) == "exact"]
+    have_exact = not exact.empty and exact["cwnd"].notna().any()
+    rw = s[s["rwnd"].notna() & s["inflight_bytes"].notna()]
+    if not rw.empty:
+        k = _before(rw["ts_ns"].to_numpy(np.int64), at)
+        ok = k >= 0
+        inf = rw["inflight_bytes"].to_numpy(np.float64)[np.maximum(k, 0)]
+        win = rw["rwnd"].to_numpy(np.float64)[np.maximum(k, 0)]
+        cause[ok & (inf >= FULL * win)] = "tcp_rwnd"
+    if have_exact:
+        ex = exact[exact["cwnd"].notna() & exact["inflight_pkts"].notna()]
+        k = _before(ex["ts_ns"].to_numpy(np.int64), at)
+        ok = k >= 0
+        inf = ex["inflight_pkts"].to_numpy(np.float64)[np.maximum(k, 0)]
+        cw = ex["cwnd"].to_numpy(np.float64)[np.maximum(k, 0)]
+        todo = cause == "tcp_window"
+        cause[todo & ok & (inf >= cw - 1)] = "tcp_cwnd"
+        # Exact cwnd not full and the receive window not full: the socket's send buffer.
+        cause[todo & ok & (inf < cw - 1)] = "tcp_sndbuf"
+    return cause, have_exact
+
+
+def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
+                  cause: np.ndarray) -> np.ndarray:
+    """Where the sender's socket was sampled: the kernel's own rwnd/sndbuf-limited clocks over
+    the sampling period holding the gap overrule the estimate."""
+    if sock is None or sock.empty or not {"rwnd_limited_us", "sndbuf_limited_us"} <= set(
+            sock.columns):
+        return cause
+    s = sock.sort_values("ts_ns")
+    t = s["ts_ns"].to_numpy(np.int64)
+    if len(t) < 2:
+        return cause
+    dt = np.diff(t) / 1e3
+    rl = np.diff(s["rwnd_limited_us"].ffill().fillna(0).to_numpy(np.float64))
+    sl = np.diff(s["sndbuf_limited_us"].ffill().fillna(0).to_numpy(np.float64))
+    mid = (a + b) // 2
+    k = _before(t, mid)
+    ok = (k >= 0) & (k < len(dt))
+    kk = np.clip(k, 0, len(dt) - 1)
+    out = cause.copy()
+    out[ok & (rl[kk] > 0.5 * dt[kk])] = "tcp_rwnd"
+    out[ok & (sl[kk] > 0.5 * dt[kk])] = "tcp_sndbuf"
+    return out
+
+
+def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
+                       r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
+                       sock: pd.DataFrame | None, capacity_bps: float | None,
+                       cpu: dict[str, float], link_busy: float | None = None) -> None:
+    """Add one connection's data phase (segments of direction acc.direction, as seen at the
+    sender) to `acc`.
+
+    With the path's capacity known, the link is busy `link_busy` of the span (all connections'
+    bytes / capacity over their common span), whatever the sender's own burst pattern looks
+    like (ACK-clocked sending through a slower link shows as short bursts and gaps at the
+    sender); the rest of the span is shared among the other causes in proportion to the time
+    the sender's gaps and bursts gave them."""
+    one = Accounting(direction=acc.direction, sender=acc.sender)
+    _classify(one, segs, cmds, r2t_ts, samples, states, sock, capacity_bps, cpu)
+    acc.span_ns += one.span_ns
+    acc.bytes += one.bytes
+    acc.unsure += one.unsure
+    if link_busy is None or one.span_ns <= 0:
+        for k, v in one.time_ns.items():
+            acc.add(k, v)
+        return
+    link = min(link_busy, 1.0) * one.span_ns
+    acc.add("network_capacity", link)
+    rest = {k: v for k, v in one.time_ns.items() if k != "network_capacity"}
+    total = sum(rest.values())
+    left = one.span_ns - link
+    if total <= 0:
+        acc.add("sending_unexplained", left)
+        return
+    for k, v in rest.items():
+        acc.add(k, v * left / total)
+
+
+def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
+              r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
+              sock: pd.DataFrame | None, capacity_bps: float | None,
+              cpu: dict[str, float]) -> None:
+    """Time per cause of one connection from the sender's bursts and gaps."""
+    d = acc.direction
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    if x.empty:
+        return
+    bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+    per = bursts["bytes"].to_numpy(np.float64) / np.maximum(bursts["segments"].to_numpy(), 1)
+    ser = per / capacity_bps * 1e9 if capacity_bps else np.zeros(len(bursts))
+    bs = bursts["start_ns"].to_numpy(np.int64)
+    be = bursts["end_ns"].to_numpy(np.int64) + ser.astype(np.int64)
+    start = int(bs[0])
+    if cmds is not None and not cmds.empty and "issue_ts_ns" in cmds.columns:
+        iss = cmds["issue_ts_ns"].dropna()
+        if not iss.empty:
+            start = min(start, int(iss.min()))
+    end = int(be[-1])
+    acc.span_ns += end - start
+    acc.bytes += int(x["len"].sum())
+
+    loss = states[states["state"].astype(str).isin(LOSS_STATES)] if states is not None \
+        and not states.empty else None
+    cov = _coverage(loss)
+
+    # Sending: at capacity, CPU-bound, or not explained.
+    busy = be - bs
+    in_loss = np.minimum(_covered(cov, bs.astype(float), be.astype(float)), busy)
+    acc.add("tcp_loss_recovery", float(in_loss.sum()))
+    rate = np.where(busy > 0, (bursts["bytes"].to_numpy(np.float64)) / np.maximum(busy, 1) * 1e9,
+                    np.nan)
+    rest = (busy - in_loss).astype(np.float64)
+    host = acc.sender
+    if capacity_bps:
+        at_cap = rate >= AT_CAPACITY * capacity_bps
+        # One-segment bursts carry no rate: they go with the link when most bytes did.
+        at_cap |= np.isnan(rate) & (bursts["segments"].to_numpy() <= 1)
+        acc.add("network_capacity", float(rest[at_cap].sum()))
+        rest = np.where(at_cap, 0.0, rest)
+    if cpu.get(host, 0.0) >= CPU_SATURATED:
+        acc.add(f"host_cpu_{host}", float(rest.sum()))
+    else:
+        acc.add("sending_unexplained", float(rest.sum()))
+
+    # Idle gaps: before the first burst (command in flight) and between bursts.
+    ga = np.concatenate([[start], be[:-1]]).astype(np.int64)
+    gb = bs.astype(np.int64)
+    keep = gb > ga
+    ga, gb = ga[keep], gb[keep]
+    if len(ga) == 0:
+        return
+    gap = (gb - ga).astype(np.float64)
+    g_loss = np.minimum(_covered(cov, ga.astype(float), gb.astype(float)), gap)
+    acc.add("tcp_loss_recovery", float(g_loss.sum()))
+    gap_left = gap - g_loss
+
+    pending = np.zeros(len(ga), bool)
+    service = np.zeros(len(ga))
+    r2t = np.zeros(len(ga), bool)
+    if cmds is not None and not cmds.empty and {"first_data_ts_ns", "last_data_ts_ns"} <= set(
+            cmds.columns):
+        c = cmds.dropna(subset=["first_data_ts_ns", "last_data_ts_ns"])
+        c = c.sort_values("first_data_ts_ns")
+        fd = c["first_data_ts_ns"].to_numpy(np.int64)
+        ld = np.maximum.accumulate(c["last_data_ts_ns"].to_numpy(np.int64))
+        k = _before(fd, ga)
+        pending = (k >= 0) & (ld[np.maximum(k, 0)] >= gb)
+        # The command whose data ends the gap: time since it reached the sender was service.
+        nxt = np.searchsorted(fd, gb, side="left")
+        ok = nxt < len(fd)
+        arr = c["issue_ts_ns"].to_numpy(np.float64) if "issue_ts_ns" in c.columns \
+            else np.full(len(fd), np.nan)
+        arr_n = np.where(ok, arr[np.minimum(nxt, len(fd) - 1)], np.nan)
+        srv = np.where(np.isnan(arr_n), 0.0, gb - np.clip(arr_n, ga, gb))
+        service = np.where(pending, 0.0, srv)
+    if len(r2t_ts):
+        k = _before(r2t_ts, gb)
+        r2t = (k >= 0) & (r2t_ts[np.maximum(k, 0)] > ga)
+        pending &= ~r2t  # a WRITE waiting for its R2T has no data it may send
+    # R2T waits, target service, then the initiator's missing concurrency.
+    acc.add("iscsi_r2t", float(gap_left[r2t].sum()))
+    free = ~pending & ~r2t
+    srv_t = np.minimum(service, gap_left)
+    srv_cause = "host_cpu_target" if cpu.get("target", 0.0) >= CPU_SATURATED \
+        else "target_service"
+    acc.add(srv_cause, float(srv_t[free].sum()))
+    acc.add("initiator_concurrency", float((gap_left - srv_t)[free].sum()))
+
+    if pending.any():
+        why, _ = _window_cause(samples, ga[pending])
+        why = _chrono_cause(sock, ga[pending], gb[pending], why)
+        for cause in np.unique(why):
+            acc.add(str(cause), float(gap_left[pending][why == cause].sum()))

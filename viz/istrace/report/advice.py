@@ -1,0 +1,128 @@
+"""What would help, per cause, with a predicted throughput where a model exists.
+
+Models (istrace.model.study): Little's law for the number of commands outstanding, one window
+per round trip for socket buffers (the bandwidth-delay product), the study's eq. (1) for the
+READ size of a one-command-at-a-time reader, R2T round trips for burst lengths. Where no model
+exists the prediction is the time-removed bound: the transfer without that cause's share of
+the time, current / (1 - share), capped at the link's capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from istrace.model import study
+
+
+def _cap(x: float | None, capacity_Bps: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return min(x, capacity_Bps) if capacity_Bps else x
+
+
+def _removed(share: float, now_Bps: float | None) -> float | None:
+    if now_Bps is None or share >= 0.99:
+        return None
+    return now_Bps / (1.0 - share)
+
+
+def _mb(x: float | None) -> float | None:
+    return round(x / 1e6, 2) if x is not None else None
+
+
+def _concurrency(ev: dict[str, Any], now: float | None, cap: float | None) -> list[dict[str, Any]]:
+    n = ev.get("outstanding_max") or 1
+    size = ev.get("command_bytes")
+    resp = ev.get("response_ms_p50")
+    out: list[dict[str, Any]] = []
+    if size and resp:
+        r = resp / 1e3
+        # Little's law: throughput = outstanding x size / response time, until the link fills.
+        want = max(2 * n, math.ceil(cap * r / size)) if cap else 4 * n
+        want = min(want, 128)
+        pred = _cap(study.outstanding_ceiling(want, r) * size, cap)
+        out.append({"cause": "initiator_concurrency",
+                    "change": f"raise the commands outstanding from {n} to {want} (queue "
+                              "depth / cmds_max / the workload's own I/O depth)",
+                    "model": "Little's law: outstanding x size / response time",
+                    "predicted_MBps": _mb(pred), "now_MBps": _mb(now)})
+    owd = ev.get("one_way_ms")
+    if n == 1 and size and owd and cap:
+        big = 4 * size
+        pred = study.seq_read_throughput(big, owd / 1e3, cap)
+        out.append({"cause": "initiator_concurrency",
+                    "change": f"larger commands: {int(size)} -> {int(big)} bytes per READ "
+                              "(max_sectors_kb / the application's request size)",
+                    "model": "the study's eq. (1): size / (4 x one-way delay + size / rate)",
+                    "predicted_MBps": _mb(pred), "now_MBps": _mb(now)})
+    return out
+
+
+def _buffer(cause: str, ev: dict[str, Any], now: float | None,
+            cap: float | None) -> dict[str, Any]:
+    rtt = ev.get("rtt_base_ms")
+    bdp = cap * rtt / 1e3 if cap and rtt else None
+    knob = ("the initiator's receive buffer (net.ipv4.tcp_rmem max / SO_RCVBUF)"
+            if cause == "tcp_rwnd" else
+            "the sender's send buffer (net.ipv4.tcp_wmem max / SO_SNDBUF)")
+    change = f"raise {knob}" + (f" to at least 2 x the bandwidth-delay product, "
+                                f"{int(2 * bdp)} bytes" if bdp else "")
+    # One window per round trip: a window of one BDP fills the link.
+    pred = cap if bdp else None
+    return {"cause": cause, "change": change,
+            "model": "window / RTT (bandwidth-delay product)",
+            "predicted_MBps": _mb(pred), "now_MBps": _mb(now)}
+
+
+def _r2t(ev: dict[str, Any], share: float, now: float | None,
+         cap: float | None) -> dict[str, Any]:
+    k = ev.get("r2ts_per_command")
+    return {"cause": "iscsi_r2t",
+            "change": "negotiate ImmediateData=Yes, InitialR2T=No and MaxBurstLength / "
+                      "FirstBurstLength >= the WRITE size (or MaxOutstandingR2T > 1)"
+                      + (f": {k:.1f} R2T round trips per command today" if k else ""),
+            "model": "R2T round trips removed: current / (1 - R2T share)",
+            "predicted_MBps": _mb(_cap(_removed(share, now), cap)), "now_MBps": _mb(now)}
+
+
+_GENERIC = {
+    "tcp_cwnd": "a larger initial / steady congestion window: longer-lived connections, "
+                "net.ipv4.tcp_slow_start_after_idle=0, or a congestion control that ramps faster",
+    "tcp_loss_recovery": "remove the packet loss (path errors, a full queue upstream)",
+    "target_service": "a faster target back end (backing store, target threads)",
+    "host_cpu_target": "more CPU for the target (its cgroup cap, a faster core, offloads)",
+    "host_cpu_initiator": "more CPU for the initiator (its cgroup cap, no data digests, "
+                          "offloads)",
+    "network_queueing": "a smaller bottleneck queue (AQM) or pacing: RTT falls back to its "
+                        "minimum",
+    "tcp_window": "larger socket buffers (both ends) or a larger congestion window",
+}
+
+
+def what_would_help(primary: str, secondary: list[str], shares: dict[str, float],
+                    ev: dict[str, Any]) -> list[dict[str, Any]]:
+    """Suggestions for the primary then the secondary causes, each with a prediction."""
+    now = ev.get("throughput_MBps")
+    now_Bps = now * 1e6 if now else None
+    cap = ev.get("capacity_MBps")
+    cap_Bps = cap * 1e6 if cap else None
+    out: list[dict[str, Any]] = []
+    for cause in [primary, *secondary]:
+        share = shares.get(cause, 0.0)
+        if cause == "initiator_concurrency":
+            out += _concurrency(ev, now_Bps, cap_Bps)
+        elif cause in ("tcp_rwnd", "tcp_sndbuf"):
+            out.append(_buffer(cause, ev, now_Bps, cap_Bps))
+        elif cause == "iscsi_r2t":
+            out.append(_r2t(ev, share, now_Bps, cap_Bps))
+        elif cause == "network_capacity":
+            out.append({"cause": cause, "change": "a faster link (or more paths): the link is "
+                        "full", "model": None, "predicted_MBps": None, "now_MBps": _mb(now_Bps)})
+        elif cause in _GENERIC:
+            pred = None if cause == "network_queueing" else _cap(_removed(share, now_Bps),
+                                                                   cap_Bps)
+            out.append({"cause": cause, "change": _GENERIC[cause],
+                        "model": "time removed: current / (1 - share)" if pred else None,
+                        "predicted_MBps": _mb(pred), "now_MBps": _mb(now_Bps)})
+    return out

@@ -1,0 +1,285 @@
+"""The verdict: what limited the transfer, with its share of the time, the numbers behind it,
+the other causes, what would help (with a predicted gain where a model exists), and what the
+capture could not tell. Written beside report.html as verdict.json (docs/schema.md §8).
+
+The time accounting is istrace.report.accounting; the models are istrace.model.study.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from istrace.capture.load import Capture
+from istrace.capture.meta import meta_number, one_way_ms
+from istrace.plot import data
+from istrace.plot.render import data_dir, sender_segs
+from istrace.report import accounting
+from istrace.report.advice import what_would_help
+
+SCHEMA = 1
+# cause -> (layer, words for the report)
+CAUSES: dict[str, tuple[str, str]] = {
+    "initiator_concurrency": ("initiator", "initiator concurrency (too few commands "
+                              "outstanding)"),
+    "iscsi_r2t": ("iscsi", "iSCSI R2T round trips (WRITE data waits for the target's R2T)"),
+    "target_service": ("target", "the target's service time (command in to data out)"),
+    "tcp_rwnd": ("tcp", "the receiver's TCP window"),
+    "tcp_cwnd": ("tcp", "the sender's congestion window"),
+    "tcp_sndbuf": ("tcp", "the sender's socket send buffer"),
+    "tcp_window": ("tcp", "a TCP window (congestion window or send buffer; not told apart "
+                   "without probe events)"),
+    "tcp_loss_recovery": ("tcp", "TCP loss recovery"),
+    "network_capacity": ("network", "the network's capacity (the link is full)"),
+    "network_queueing": ("network", "queueing delay on the path"),
+    "host_cpu_target": ("host", "the target host's CPU"),
+    "host_cpu_initiator": ("host", "the initiator host's CPU"),
+    "sending_unexplained": ("unknown", "sending below the known capacity, cause not visible"),
+    "unknown": ("unknown", "unknown"),
+}
+# A cause with at least this share of the time is named as secondary.
+SECONDARY = 0.15
+# A primary cause below this share is reported as unsure.
+CONFIDENT = 0.4
+
+
+def capacity(cap: Capture) -> tuple[float | None, str]:
+    """Bytes/s of payload the path can carry, and where that figure comes from."""
+    tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
+    rates = [float(r) for r in ((tb or {}).get("rate_mbit"), (tb or {}).get("nic_rate_mbit"))
+             if isinstance(r, int | float) and r > 0]
+    if rates:
+        # Payload of a full 1500-byte frame: 1448 of 1514 bytes on the wire.
+        return min(rates) * 1e6 / 8 * 1448 / 1514, "testbed rate setting (meta.json)"
+    sock = meta_number(cap.meta, "socket_Bps", "socket_bytes_per_s")
+    mbps = meta_number(cap.meta, "socket_MBps", "socket_mbps_MB")
+    if sock is None and mbps is not None:
+        sock = mbps * 1e6
+    if sock:
+        return sock, "plain-socket baseline measured on the same path (meta.json)"
+    return None, "unknown"
+
+
+def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
+    """Base (the testbed's round trip, else the 5th percentile), minimum and median round-trip
+    time of the data direction (ms). A lone tiny sample (an ACK of something else) is not the
+    path's round trip, hence the percentile."""
+    none: dict[str, float | None] = {"base_ms": None, "min_ms": None, "p50_ms": None}
+    if cap.track is None or cap.track.samples.empty:
+        return none
+    s = cap.track.samples
+    s = s[s["dir"].astype(str) == d]
+    r = s["rtt_us"].dropna()
+    if len(r) < 10:
+        r = s["srtt_us"].dropna()
+    if len(r) < 10:
+        return none
+    owd = one_way_ms(cap.meta)
+    p5 = float(r.quantile(0.05)) / 1e3
+    base = max(p5, 2 * owd) if owd else p5
+    return {"base_ms": base, "min_ms": float(r.min()) / 1e3, "p50_ms": float(r.median()) / 1e3}
+
+
+def _retransmits(cap: Capture, d: str) -> int:
+    if cap.track is None or cap.track.events.empty:
+        return 0
+    ev = cap.track.events
+    rtx = ev[(ev["kind"] == "retransmit") & (ev["dir"].astype(str) == d)]
+    # Exact and estimated marks describe the same retransmissions: count one source.
+    if (rtx["source"] == "estimated").any():
+        rtx = rtx[rtx["source"] == "estimated"]
+    return len(rtx)
+
+
+def _loss_states(cap: Capture, d: str, conn: str) -> pd.DataFrame | None:
+    if cap.track is None or cap.track.states.empty:
+        return None
+    st = cap.track.states
+    st = st[(st["dir"].astype(str) == d) & (st["conn"].astype(str) == conn)]
+    if (st["source"] == "exact").any():
+        st = st[st["source"] == "exact"]
+    return st
+
+
+def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
+    sock = getattr(cap, "sockstats", None)
+    if not isinstance(sock, pd.DataFrame) or sock.empty or "conn" not in sock.columns:
+        return None
+    s = sock[(sock["host"].astype(str) == sender) & (sock["conn"].astype(str) == conn)]
+    return s if not s.empty else None
+
+
+def account(cap: Capture) -> accounting.Accounting | None:
+    """Time accounting of the main data direction over every connection that carried data."""
+    d = data_dir(cap)
+    segs = sender_segs(cap, d)
+    if segs is None or segs.empty:
+        return None
+    sender = "target" if d == "t2i" else "initiator"
+    acc = accounting.Accounting(direction=d, sender=sender)
+    cmds, cmd_source = accounting.sender_commands(cap, d)
+    if cmds is None:
+        acc.unsure.append("no iSCSI commands decoded: time between commands cannot be told "
+                          "from time inside them")
+    elif "other end" in cmd_source:
+        acc.notes.append(f"command times from {cmd_source}: shifted by the one-way delay")
+    cap_bps, _ = capacity(cap)
+    cpu = accounting.cpu_saturation(cap)
+    pdus = cap.pdus.get(sender)
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    totals = x.groupby("conn", observed=True)["len"].sum()
+    link_busy = None
+    if cap_bps and len(x) > 1:
+        t0 = int(x["ts_ns"].min())
+        if cmds is not None and "issue_ts_ns" in cmds.columns and cmds["issue_ts_ns"].notna().any():
+            t0 = min(t0, int(cmds["issue_ts_ns"].min()))
+        span = int(x["ts_ns"].max()) - t0
+        link_busy = float(totals.sum()) / cap_bps / (span / 1e9) if span > 0 else None
+    for conn, nbytes in totals.items():
+        if nbytes < 0.01 * totals.sum():
+            continue
+        c = segs[segs["conn"] == conn]
+        cc = cmds[cmds["conn"].astype(str) == str(conn)] if cmds is not None \
+            and "conn" in cmds.columns else cmds
+        r2t = np.zeros(0, np.int64)
+        if d == "i2t" and pdus is not None and "opcode_name" in pdus.columns:
+            p = pdus[(pdus["opcode_name"] == "R2T") & (pdus["conn"].astype(str) == str(conn))]
+            r2t = np.sort(p["ts_ns"].dropna().to_numpy(np.int64))
+        samples = cap.track.samples if cap.track is not None else pd.DataFrame()
+        if not samples.empty:
+            samples = samples[(samples["dir"].astype(str) == d)
+                              & (samples["conn"].astype(str) == str(conn))]
+        accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
+                                      _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
+                                      link_busy)
+        acc.connections.append(str(conn))
+    return acc
+
+
+def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
+    d = acc.direction
+    cmds = cap.main_commands()
+    series = data.outstanding(cmds)
+    ceil = data.outstanding_ceiling(series)
+    ev: dict[str, Any] = {"direction": d, "sender": acc.sender,
+                          "connections": len(acc.connections)}
+    span_s = acc.span_ns / 1e9 if acc.span_ns else float("nan")
+    ev["throughput_MBps"] = acc.bytes / span_s / 1e6 if span_s == span_s and span_s else None
+    cap_bps, cap_src = capacity(cap)
+    ev["capacity_MBps"] = cap_bps / 1e6 if cap_bps else None
+    ev["capacity_source"] = cap_src
+    ev["outstanding_max"] = int(ceil["max"])
+    ev["outstanding_flat"] = bool(ceil["flat"])
+    if not series.empty:
+        t = series["t_ns"].to_numpy(np.int64)
+        v = series["outstanding"].to_numpy(np.float64)
+        w = np.diff(t, append=t[-1])
+        ev["outstanding_mean"] = float((v * w).sum() / w.sum()) if w.sum() else None
+    rt = data.resp_times(cmds)
+    ev["response_ms_p50"] = float(rt.median()) / 1e3 if not rt.empty else None
+    sizes = cmds["xfer_bytes"].dropna() if cmds is not None and "xfer_bytes" in cmds.columns \
+        else pd.Series(dtype=float)
+    ev["command_bytes"] = float(sizes.median()) if not sizes.empty else None
+    ev["r2ts_per_command"] = float(cmds["r2ts"].mean()) if cmds is not None \
+        and "r2ts" in cmds.columns and len(cmds) else None
+    ev.update({f"rtt_{k}": v for k, v in rtt_stats(cap, d).items()})
+    ev["one_way_ms"] = one_way_ms(cap.meta)
+    segs = sender_segs(cap, d)
+    nseg = int(((segs["dir"] == d) & (segs["len"] > 0)).sum()) if segs is not None else 0
+    rtx = _retransmits(cap, d)
+    ev["retransmits"] = rtx
+    ev["loss_rate"] = rtx / nseg if nseg else None
+    ev["cpu_use_of_limit"] = accounting.cpu_saturation(cap)
+    ev["rwnd_median"] = ev["cwnd_median"] = None
+    if cap.track is not None and not cap.track.samples.empty:
+        s = cap.track.samples[cap.track.samples["dir"].astype(str) == d]
+        if s["rwnd"].notna().any():
+            ev["rwnd_median"] = float(s["rwnd"].median())
+        ex = s[s["source"].astype(str) == "exact"]
+        if ex["cwnd"].notna().any():
+            ev["cwnd_median"] = float(ex["cwnd"].median())
+    return ev
+
+
+def _queueing(ev: dict[str, Any]) -> float | None:
+    """Share of the median round trip spent queued (RTT above its base), when large. The base
+    is the path's own round trip when the testbed set it, else the 5th-percentile RTT."""
+    lo, mid = ev.get("rtt_base_ms"), ev.get("rtt_p50_ms")
+    if not lo or not mid or mid <= 0:
+        return None
+    q = (mid - lo) / mid
+    return q if (mid - lo) >= max(1.0, lo) else None
+
+
+def decide(cap: Capture) -> dict[str, Any]:
+    """The verdict as a dict (the content of verdict.json)."""
+    out: dict[str, Any] = {"schema": SCHEMA, "primary": None, "secondary": [], "shares": {},
+                           "unsure": True, "unsure_why": [], "help": [],
+                           "missing": list(cap.missing), "evidence": {}}
+    acc = account(cap)
+    if acc is None or not acc.time_ns:
+        out["primary"] = {"cause": "unknown", "layer": "unknown", "share": None,
+                          "text": "unknown (no data segments to account)"}
+        out["unsure_why"].append("no data segments in either pcap")
+        out["text"] = "unknown (no data segments)."
+        return out
+    shares = acc.shares()
+    ev = _evidence(cap, acc)
+    out["evidence"] = ev
+    out["shares"] = {k: round(v, 4) for k, v in shares.items()}
+    out["span_s"] = acc.span_ns / 1e9
+    out["notes"] = acc.notes
+    unsure = list(dict.fromkeys(acc.unsure))
+
+    ranked = [k for k in shares if k != "sending_unexplained"] + \
+        (["sending_unexplained"] if "sending_unexplained" in shares else [])
+    primary = ranked[0]
+    if primary == "sending_unexplained":
+        unsure.append("the sender was busy most of the time below any known capacity: the "
+                      "path's capacity or the hosts' CPU (no host CPU samples / no rate set)")
+    if shares.get("tcp_window", 0.0) >= SECONDARY:
+        unsure.append("window-limited time without probe events: the congestion window and "
+                      "the send buffer cannot be told apart")
+    share = shares.get(primary, 0.0)
+    if share < CONFIDENT:
+        unsure.append(f"the largest cause holds only {share * 100:.0f}% of the time")
+    layer, words = CAUSES.get(primary, ("unknown", primary))
+    out["primary"] = {"cause": primary, "layer": layer, "share": round(share, 4),
+                      "text": words}
+    sec = [k for k in ranked if k != primary and shares[k] >= SECONDARY
+           and k != "sending_unexplained"]
+    q = _queueing(ev)
+    if q is not None and primary != "network_queueing":
+        sec.append("network_queueing")
+        out["shares_of_rtt"] = {"network_queueing": round(q, 4)}
+    out["secondary"] = [{"cause": k, "layer": CAUSES.get(k, ("unknown", k))[0],
+                         "share": round(shares.get(k, q or 0.0), 4),
+                         "text": CAUSES.get(k, ("unknown", k))[1]} for k in sec]
+    out["unsure"] = bool(unsure)
+    out["unsure_why"] = unsure
+    out["help"] = what_would_help(primary, [s["cause"] for s in out["secondary"]], shares, ev)
+    out["text"] = limited_by(out)
+    return out
+
+
+def limited_by(v: dict[str, Any]) -> str:
+    """The report's "Limited by" sentence from a verdict."""
+    p = v["primary"]
+    ev = v.get("evidence", {})
+    share = p.get("share")
+    pct = f"{share * 100:.0f}% of the time" if isinstance(share, float) else "?"
+    if p["cause"] == "initiator_concurrency":
+        n = ev.get("outstanding_max")
+        s = (f"application / protocol-limited: the sender is idle {pct} waiting for the next "
+             f"command (never more than {n} outstanding)")
+    else:
+        s = f"{p['text']}: {pct}"
+    if v.get("secondary"):
+        s += "; then " + ", ".join(
+            f"{x['text']} ({x['share'] * 100:.0f}%"
+            + (" of the round trip)" if x["cause"] == "network_queueing" else ")")
+            for x in v["secondary"])
+    if v.get("unsure"):
+        s += " (unsure: " + "; ".join(v["unsure_why"]) + ")"
+    return s + "."
