@@ -151,39 +151,48 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray) -> tuple[np.ndarray, bo
         cw = ex["cwnd"].to_numpy(np.float64)[np.maximum(k, 0)]
         todo = cause == "tcp_window"
         cause[todo & ok & (inf >= cw - 1)] = "tcp_cwnd"
-        # Exact cwnd not full and the receive window not full: the socket's send buffer.
-        cause[todo & ok & (inf < cw - 1)] = "tcp_sndbuf"
+        # Exact cwnd not full and the receive window not full: the socket's send buffer was
+        # full, or the sending application had not written yet; only the kernel's clocks
+        # (ss -ti) tell these apart (_chrono_cause).
+        cause[todo & ok & (inf < cw - 1)] = "tcp_sndbuf_or_app"
     return cause, have_exact
 
 
 def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
-                  cause: np.ndarray) -> np.ndarray:
-    """Where the sender's socket was sampled: the kernel's own rwnd/sndbuf-limited clocks over
-    the sampling period holding the gap overrule the estimate."""
-    if sock is None or sock.empty or not {"rwnd_limited_us", "sndbuf_limited_us"} <= set(
-            sock.columns):
+                  cause: np.ndarray, app: str) -> np.ndarray:
+    """Where the sender's socket was sampled (ss -ti), the kernel's own clocks over the sampling
+    period holding the gap overrule the estimate: rwnd_limited or sndbuf_limited running most
+    of the period name that limit; none of busy / rwnd_limited / sndbuf_limited running means
+    the socket's write queue was empty: the sending application (`app`) had not written."""
+    need = {"busy_us", "rwnd_limited_us", "sndbuf_limited_us"}
+    if sock is None or sock.empty or not need <= set(sock.columns):
         return cause
     s = sock.sort_values("ts_ns")
     t = s["ts_ns"].to_numpy(np.int64)
     if len(t) < 2:
         return cause
     dt = np.diff(t) / 1e3
-    rl = np.diff(s["rwnd_limited_us"].ffill().fillna(0).to_numpy(np.float64))
-    sl = np.diff(s["sndbuf_limited_us"].ffill().fillna(0).to_numpy(np.float64))
-    mid = (a + b) // 2
-    k = _before(t, mid)
+
+    def grew(col: str) -> np.ndarray:
+        return np.diff(s[col].ffill().fillna(0).to_numpy(np.float64))
+
+    busy, rl, sl = grew("busy_us"), grew("rwnd_limited_us"), grew("sndbuf_limited_us")
+    k = _before(t, (a + b) // 2)
     ok = (k >= 0) & (k < len(dt))
     kk = np.clip(k, 0, len(dt) - 1)
+    half = 0.5 * dt[kk]
     out = cause.copy()
-    out[ok & (rl[kk] > 0.5 * dt[kk])] = "tcp_rwnd"
-    out[ok & (sl[kk] > 0.5 * dt[kk])] = "tcp_sndbuf"
+    out[ok & (busy[kk] + rl[kk] + sl[kk] < half)] = app
+    out[ok & (rl[kk] > half)] = "tcp_rwnd"
+    out[ok & (sl[kk] > half)] = "tcp_sndbuf"
     return out
 
 
 def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
                        r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
                        sock: pd.DataFrame | None, capacity_bps: float | None,
-                       cpu: dict[str, float], link_busy: float | None = None) -> None:
+                       cpu: dict[str, float], link_busy: float | None = None,
+                       first_loss_ns: int | None = None) -> None:
     """Add one connection's data phase (segments of direction acc.direction, as seen at the
     sender) to `acc`.
 
@@ -193,7 +202,7 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
     sender); the rest of the span is shared among the other causes in proportion to the time
     the sender's gaps and bursts gave them."""
     one = Accounting(direction=acc.direction, sender=acc.sender)
-    _classify(one, segs, cmds, r2t_ts, samples, states, sock, capacity_bps, cpu)
+    _classify(one, segs, cmds, r2t_ts, samples, states, sock, capacity_bps, cpu, first_loss_ns)
     acc.span_ns += one.span_ns
     acc.bytes += one.bytes
     acc.unsure += one.unsure
@@ -216,7 +225,7 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
 def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
               r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
               sock: pd.DataFrame | None, capacity_bps: float | None,
-              cpu: dict[str, float]) -> None:
+              cpu: dict[str, float], first_loss_ns: int | None) -> None:
     """Time per cause of one connection from the sender's bursts and gaps."""
     d = acc.direction
     x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
@@ -305,6 +314,13 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
 
     if pending.any():
         why, _ = _window_cause(samples, ga[pending])
-        why = _chrono_cause(sock, ga[pending], gb[pending], why)
+        app = f"host_cpu_{host}" if cpu.get(host, 0.0) >= CPU_SATURATED else (
+            "target_service" if host == "target" else "initiator_concurrency")
+        why = _chrono_cause(sock, ga[pending], gb[pending], why, app)
+        if first_loss_ns is not None:
+            # A congestion window held small after a loss is the loss's doing (the window was
+            # cut), not slow start's.
+            after = ga[pending] >= first_loss_ns
+            why[after & np.isin(why, ["tcp_cwnd", "tcp_window"])] = "tcp_loss_recovery"
         for cause in np.unique(why):
             acc.add(str(cause), float(gap_left[pending][why == cause].sum()))

@@ -97,6 +97,8 @@ _GENERIC = {
     "network_queueing": "a smaller bottleneck queue (AQM) or pacing: RTT falls back to its "
                         "minimum",
     "tcp_window": "larger socket buffers (both ends) or a larger congestion window",
+    "tcp_sndbuf_or_app": "a larger send buffer (net.ipv4.tcp_wmem) if it was full, else a "
+                         "sender that writes sooner (sample ss -ti to tell which)",
 }
 
 

@@ -30,7 +30,9 @@ CAUSES: dict[str, tuple[str, str]] = {
     "tcp_sndbuf": ("tcp", "the sender's socket send buffer"),
     "tcp_window": ("tcp", "a TCP window (congestion window or send buffer; not told apart "
                    "without probe events)"),
-    "tcp_loss_recovery": ("tcp", "TCP loss recovery"),
+    "tcp_sndbuf_or_app": ("tcp", "the sender's send buffer, or the sending application not "
+                          "writing (not told apart without the kernel's clocks, ss -ti)"),
+    "tcp_loss_recovery": ("tcp", "TCP loss (recovery, and the congestion window cut by it)"),
     "network_capacity": ("network", "the network's capacity (the link is full)"),
     "network_queueing": ("network", "queueing delay on the path"),
     "host_cpu_target": ("host", "the target host's CPU"),
@@ -42,6 +44,15 @@ CAUSES: dict[str, tuple[str, str]] = {
 SECONDARY = 0.15
 # A primary cause below this share is reported as unsure.
 CONFIDENT = 0.4
+# Causes that name a class of limits the capture could not split: unsure as the primary.
+AMBIGUOUS = {
+    "tcp_window": "window-limited without probe events: the congestion window and the send "
+                  "buffer cannot be told apart",
+    "tcp_sndbuf_or_app": "data to send and neither window full, without the kernel's clocks "
+                         "(ss -ti): a full send buffer or the sender not writing",
+    "sending_unexplained": "the sender was busy below any known capacity: the path's capacity "
+                           "or the hosts' CPU (no rate set, no host CPU samples)",
+}
 
 
 def capacity(cap: Capture) -> tuple[float | None, str]:
@@ -102,6 +113,16 @@ def _loss_states(cap: Capture, d: str, conn: str) -> pd.DataFrame | None:
     return st
 
 
+def _first_loss(cap: Capture, d: str, conn: str) -> int | None:
+    """Time of the connection's first retransmission in the data direction (None: none)."""
+    if cap.track is None or cap.track.events.empty:
+        return None
+    ev = cap.track.events
+    r = ev[(ev["kind"] == "retransmit") & (ev["dir"].astype(str) == d)
+           & (ev["conn"].astype(str) == conn)]["ts_ns"].dropna()
+    return int(r.min()) if not r.empty else None
+
+
 def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
     sock = getattr(cap, "sockstats", None)
     if not isinstance(sock, pd.DataFrame) or sock.empty or "conn" not in sock.columns:
@@ -152,7 +173,7 @@ def account(cap: Capture) -> accounting.Accounting | None:
                               & (samples["conn"].astype(str) == str(conn))]
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
-                                      link_busy)
+                                      link_busy, _first_loss(cap, d, str(conn)))
         acc.connections.append(str(conn))
     return acc
 
@@ -235,15 +256,18 @@ def decide(cap: Capture) -> dict[str, Any]:
     ranked = [k for k in shares if k != "sending_unexplained"] + \
         (["sending_unexplained"] if "sending_unexplained" in shares else [])
     primary = ranked[0]
-    if primary == "sending_unexplained":
-        unsure.append("the sender was busy most of the time below any known capacity: the "
-                      "path's capacity or the hosts' CPU (no host CPU samples / no rate set)")
-    if shares.get("tcp_window", 0.0) >= SECONDARY:
-        unsure.append("window-limited time without probe events: the congestion window and "
-                      "the send buffer cannot be told apart")
     share = shares.get(primary, 0.0)
+    if primary in AMBIGUOUS:
+        unsure.append(AMBIGUOUS[primary])
     if share < CONFIDENT:
         unsure.append(f"the largest cause holds only {share * 100:.0f}% of the time")
+    runner_up = next((shares[k] for k in ranked[1:]), 0.0)
+    if share - runner_up < 0.1:
+        unsure.append(f"two causes hold nearly equal shares ({share * 100:.0f}% and "
+                      f"{runner_up * 100:.0f}%)")
+    caveats = [f"{k}: {AMBIGUOUS[k]}" for k in ranked[1:]
+               if k in AMBIGUOUS and shares[k] >= SECONDARY]
+    out["caveats"] = caveats
     layer, words = CAUSES.get(primary, ("unknown", primary))
     out["primary"] = {"cause": primary, "layer": layer, "share": round(share, 4),
                       "text": words}
