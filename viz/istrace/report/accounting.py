@@ -126,36 +126,44 @@ def cpu_saturation(cap: Any) -> dict[str, float]:
     return out
 
 
-def _window_cause(samples: pd.DataFrame, at: np.ndarray) -> tuple[np.ndarray, bool]:
-    """For each time in `at`: which window held in-flight data back, from the tracker sample
-    just before it (exact rows for cwnd, any row for the receive window)."""
-    n = len(at)
-    cause = np.full(n, "tcp_window", dtype=object)
+def _asof(ts: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The value of a sorted series at or before each time in `at` (NaN before the first)."""
+    k = _before(ts, at)
+    out = values[np.maximum(k, 0)].astype(np.float64)
+    out[k < 0] = np.nan
+    return out
+
+
+def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarray:
+    """For each time in `at`: which window held in-flight data back. Bytes in flight and the
+    receive window from the pcap (every segment), the congestion window from probe events
+    (change-only: a steady cwnd has few samples, so in-flight is not read from them)."""
+    cause = np.full(len(at), "tcp_window", dtype=object)
     if samples is None or samples.empty:
-        return cause, False
-    s = samples.sort_values("ts_ns")
-    exact = s[s["source"].astype(str) == "exact"]
-    have_exact = not exact.empty and exact["cwnd"].notna().any()
-    rw = s[s["rwnd"].notna() & s["inflight_bytes"].notna()]
+        return cause
+    s = samples.sort_values("ts_ns", kind="stable")
+    src = s["source"].astype(str)
+    est = s[(src == "estimated") & s["inflight_bytes"].notna()]
+    if est.empty:
+        est = s[s["inflight_bytes"].notna()]
+    inf = _asof(est["ts_ns"].to_numpy(np.int64), est["inflight_bytes"].to_numpy(np.float64), at)
+    rw = est[est["rwnd"].notna()]
     if not rw.empty:
-        k = _before(rw["ts_ns"].to_numpy(np.int64), at)
-        ok = k >= 0
-        inf = rw["inflight_bytes"].to_numpy(np.float64)[np.maximum(k, 0)]
-        win = rw["rwnd"].to_numpy(np.float64)[np.maximum(k, 0)]
-        cause[ok & (inf >= FULL * win)] = "tcp_rwnd"
-    if have_exact:
-        ex = exact[exact["cwnd"].notna() & exact["inflight_pkts"].notna()]
-        k = _before(ex["ts_ns"].to_numpy(np.int64), at)
-        ok = k >= 0
-        inf = ex["inflight_pkts"].to_numpy(np.float64)[np.maximum(k, 0)]
-        cw = ex["cwnd"].to_numpy(np.float64)[np.maximum(k, 0)]
-        todo = cause == "tcp_window"
-        cause[todo & ok & (inf >= cw - 1)] = "tcp_cwnd"
+        win = _asof(rw["ts_ns"].to_numpy(np.int64), rw["rwnd"].to_numpy(np.float64), at)
+        with np.errstate(invalid="ignore"):
+            cause[inf >= FULL * win] = "tcp_rwnd"
+    ex = s[(src == "exact") & s["cwnd"].notna()]
+    if not ex.empty:
+        cw = _asof(ex["ts_ns"].to_numpy(np.int64), ex["cwnd"].to_numpy(np.float64), at) * mss
+        todo = (cause == "tcp_window") & ~np.isnan(cw) & ~np.isnan(inf)
+        with np.errstate(invalid="ignore"):
+            full = inf >= cw - 2 * mss
+        cause[todo & full] = "tcp_cwnd"
         # Exact cwnd not full and the receive window not full: the socket's send buffer was
         # full, or the sending application had not written yet; only the kernel's clocks
         # (ss -ti) tell these apart (_chrono_cause).
-        cause[todo & ok & (inf < cw - 1)] = "tcp_sndbuf_or_app"
-    return cause, have_exact
+        cause[todo & ~full] = "tcp_sndbuf_or_app"
+    return cause
 
 
 def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
@@ -163,7 +171,9 @@ def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
     """Where the sender's socket was sampled (ss -ti), the kernel's own clocks over the sampling
     period holding the gap overrule the estimate: rwnd_limited or sndbuf_limited running most
     of the period name that limit; none of busy / rwnd_limited / sndbuf_limited running means
-    the socket's write queue was empty: the sending application (`app`) had not written."""
+    the socket's write queue was empty: the sending application (`app`) had not written; busy
+    alone means data queued and neither window nor buffer in the way: the congestion control
+    held it (congestion window, or the pacing rate of BBR / fq)."""
     need = {"busy_us", "rwnd_limited_us", "sndbuf_limited_us"}
     if sock is None or sock.empty or not need <= set(sock.columns):
         return cause
@@ -182,6 +192,7 @@ def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
     kk = np.clip(k, 0, len(dt) - 1)
     half = 0.5 * dt[kk]
     out = cause.copy()
+    out[ok & (busy[kk] >= half) & (rl[kk] + sl[kk] < half)] = "tcp_cwnd"
     out[ok & (busy[kk] + rl[kk] + sl[kk] < half)] = app
     out[ok & (rl[kk] > half)] = "tcp_rwnd"
     out[ok & (sl[kk] > half)] = "tcp_sndbuf"
@@ -309,11 +320,18 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
     srv_t = np.minimum(service, gap_left)
     srv_cause = "host_cpu_target" if cpu.get("target", 0.0) >= CPU_SATURATED \
         else "target_service"
-    acc.add(srv_cause, float(srv_t[free].sum()))
+    # A command at the target whose data could not start because the socket's send buffer or
+    # the receive window was full is a TCP limit, not the target's slowness (kernel clocks).
+    srv_why = _chrono_cause(sock, ga[free], gb[free], np.full(int(free.sum()), srv_cause,
+                                                              dtype=object), srv_cause)
+    srv_why[~np.isin(srv_why, ["tcp_sndbuf", "tcp_rwnd"])] = srv_cause
+    for cause in np.unique(srv_why):
+        acc.add(str(cause), float(srv_t[free][srv_why == cause].sum()))
     acc.add("initiator_concurrency", float((gap_left - srv_t)[free].sum()))
 
     if pending.any():
-        why, _ = _window_cause(samples, ga[pending])
+        mss = float(x["len"].max())
+        why = _window_cause(samples, ga[pending], mss)
         app = f"host_cpu_{host}" if cpu.get(host, 0.0) >= CPU_SATURATED else (
             "target_service" if host == "target" else "initiator_concurrency")
         why = _chrono_cause(sock, ga[pending], gb[pending], why, app)

@@ -26,7 +26,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "iscsi_r2t": ("iscsi", "iSCSI R2T round trips (WRITE data waits for the target's R2T)"),
     "target_service": ("target", "the target's service time (command in to data out)"),
     "tcp_rwnd": ("tcp", "the receiver's TCP window"),
-    "tcp_cwnd": ("tcp", "the sender's congestion window"),
+    "tcp_cwnd": ("tcp", "the sender's congestion control (congestion window or pacing rate)"),
     "tcp_sndbuf": ("tcp", "the sender's socket send buffer"),
     "tcp_window": ("tcp", "a TCP window (congestion window or send buffer; not told apart "
                    "without probe events)"),
@@ -131,6 +131,24 @@ def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
     return s if not s.empty else None
 
 
+def _data_on_wire(cmds: pd.DataFrame, pdus: pd.DataFrame | None, segs: pd.DataFrame,
+                  sender: str, d: str) -> pd.DataFrame:
+    """Commands with their data phase as the segments carrying their data PDUs' bytes took it
+    at the sender: a PDU's time is its header's, so a 256 KiB Data-In would otherwise end where
+    its payload starts."""
+    spans = data.segment_spans(pdus, segs, "data", sender, d)
+    if spans.empty or "cmd" not in cmds.columns:
+        return cmds
+    by = spans.groupby("cmd").agg(a=("start_ns", "min"), b=("end_ns", "max"))
+    out = cmds.copy()
+    key = pd.to_numeric(out["cmd"], errors="coerce")
+    a = key.map(by["a"])
+    b = key.map(by["b"])
+    out["first_data_ts_ns"] = a.where(a.notna(), out.get("first_data_ts_ns"))
+    out["last_data_ts_ns"] = b.where(b.notna(), out.get("last_data_ts_ns"))
+    return out
+
+
 def account(cap: Capture) -> accounting.Accounting | None:
     """Time accounting of the main data direction over every connection that carried data."""
     d = data_dir(cap)
@@ -148,6 +166,8 @@ def account(cap: Capture) -> accounting.Accounting | None:
     cap_bps, _ = capacity(cap)
     cpu = accounting.cpu_saturation(cap)
     pdus = cap.pdus.get(sender)
+    if cmds is not None and "other end" not in cmd_source:
+        cmds = _data_on_wire(cmds, pdus, segs, sender, d)
     x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
     totals = x.groupby("conn", observed=True)["len"].sum()
     link_busy = None
