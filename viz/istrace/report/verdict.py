@@ -69,7 +69,35 @@ def capacity(cap: Capture) -> tuple[float | None, str]:
         sock = mbps * 1e6
     if sock:
         return sock, "plain-socket baseline measured on the same path (meta.json)"
+    if tb:
+        return None, "unknown (the testbed's path has no rate limit: the hosts set the pace)"
+    est = dispersion_capacity(cap)
+    if est:
+        return est, "estimated from packet dispersion at the receiver"
     return None, "unknown"
+
+
+def dispersion_capacity(cap: Capture) -> float | None:
+    """The bottleneck's rate as the receiver saw it: full-sized data segments arriving back to
+    back are spaced by their serialisation at the slowest link (packet pairs); the median of
+    those pair rates (on a 200 Mbit/s testbed path: 24.1 MB/s for 23.9 of payload; the 90th
+    percentile read 40, jitter in the path squeezing some pairs together)."""
+    d = data_dir(cap)
+    recv = cap.segs.get("initiator" if d == "t2i" else "target")
+    if recv is None or recv.empty:
+        return None
+    x = recv[(recv["dir"] == d) & (recv["len"] > 0)].sort_values("ts_ns", kind="stable")
+    if len(x) < 100:
+        return None
+    mss = float(x["len"].max())
+    ts = x["ts_ns"].to_numpy(np.int64)
+    ln = x["len"].to_numpy(np.float64)
+    same = (x["conn"].to_numpy()[1:] == x["conn"].to_numpy()[:-1]) & (ln[1:] >= mss)
+    dt = np.diff(ts).astype(np.float64)
+    ok = same & (dt > 0)
+    if ok.sum() < 50:
+        return None
+    return float(np.median(ln[1:][ok] / (dt[ok] / 1e9)))
 
 
 def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
