@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("istrace.cli.plot", "ladder, tcptrace, cwnd, cross-layer timeline plots"),
     "gen": ("istrace.cli.gen", "pseudo-initiator: iSCSI READs/WRITEs of any size"),
     "report": ("istrace.cli.report", "diagnosis report (HTML with embedded plots)"),
+    "compare": ("istrace.cli.compare", "captures side by side: throughput, latency, verdict, "
+                "settings that differ"),
     "reproduce": ("istrace.cli.reproduce", "re-run the studies' experiments"),
 }
 
