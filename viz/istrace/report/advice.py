@@ -31,6 +31,16 @@ def _mb(x: float | None) -> float | None:
     return round(x / 1e6, 2) if x is not None else None
 
 
+def window_bound(ev: dict[str, Any]) -> float | None:
+    """Bytes/s the largest window seen allows per round trip (receive window, send buffer):
+    more commands outstanding cannot beat it without bigger buffers."""
+    rtt = ev.get("rtt_base_ms")
+    wins = [w for w in (ev.get("rwnd_max"), ev.get("sndbuf_max")) if w]
+    if not rtt or not wins:
+        return None
+    return study.window_bound(min(wins), rtt / 1e3)
+
+
 def _concurrency(ev: dict[str, Any], now: float | None, cap: float | None) -> list[dict[str, Any]]:
     n = ev.get("outstanding_max") or 1
     size = ev.get("command_bytes")
@@ -42,6 +52,9 @@ def _concurrency(ev: dict[str, Any], now: float | None, cap: float | None) -> li
         want = max(2 * n, math.ceil(cap * r / size)) if cap else 4 * n
         want = min(want, 128)
         pred = _cap(study.outstanding_ceiling(want, r) * size, cap)
+        wb = window_bound(ev)
+        if pred is not None and wb is not None:
+            pred = min(pred, wb)
         out.append({"cause": "initiator_concurrency",
                     "change": f"raise the commands outstanding from {n} to {want} (queue "
                               "depth / cmds_max / the workload's own I/O depth)",

@@ -260,14 +260,20 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev["retransmits"] = rtx
     ev["loss_rate"] = rtx / nseg if nseg else None
     ev["cpu_use_of_limit"] = accounting.cpu_saturation(cap)
-    ev["rwnd_median"] = ev["cwnd_median"] = None
+    ev["rwnd_median"] = ev["cwnd_median"] = ev["rwnd_max"] = ev["sndbuf_max"] = None
     if cap.track is not None and not cap.track.samples.empty:
         s = cap.track.samples[cap.track.samples["dir"].astype(str) == d]
         if s["rwnd"].notna().any():
             ev["rwnd_median"] = float(s["rwnd"].median())
+            ev["rwnd_max"] = float(s["rwnd"].max())
         ex = s[s["source"].astype(str) == "exact"]
         if ex["cwnd"].notna().any():
             ev["cwnd_median"] = float(ex["cwnd"].median())
+    sock = getattr(cap, "sockstats", None)
+    if isinstance(sock, pd.DataFrame) and "sndbuf_bytes" in sock.columns:
+        sb = sock[sock["host"].astype(str) == acc.sender]["sndbuf_bytes"].dropna()
+        if not sb.empty:
+            ev["sndbuf_max"] = float(sb.max())
     return ev
 
 
