@@ -84,8 +84,12 @@ def test_kernel_clocks_name_the_send_buffer():
     # The whole sampled period ran the sndbuf clock: the gap and the 100 us before the first
     # data (the command at the target, its data unable to start) are the send buffer's.
     assert run(sg, cm, samples=s, sock=clocks)["tcp_sndbuf"] == pytest.approx(500 + 100)
-    idle = clocks.assign(busy_us=[0.0, 100.0], sndbuf_limited_us=[0.0, 0.0])
-    assert run(sg, cm, samples=s, sock=idle)["target_service"] == pytest.approx(500 + 100)
+    # No limit clock ran: the snapshot says whether cwnd was full (congestion control) or not
+    # (the socket was app-limited: the target had not written its data yet).
+    free = clocks.assign(sndbuf_limited_us=[0.0, 0.0], unacked=[0.0, 5.0], cwnd=[10.0, 100.0])
+    assert run(sg, cm, samples=s, sock=free)["target_service"] == pytest.approx(500 + 100)
+    held = free.assign(unacked=[0.0, 99.0])
+    assert run(sg, cm, samples=s, sock=held)["tcp_cwnd"] == pytest.approx(500)
 
 
 def test_loss_recovery_state_is_carved_out_first():

@@ -4,6 +4,7 @@ has the table of who writes and who reads each).
     DIR/meta.json                      settings in force, drop counts (istrace.session)
     DIR/<host>.pcap                    each end's packets (tcpdump)
     DIR/events-<host>.jsonl|.csv       each end's probe events (istrace-probe)
+    DIR/hoststats-<host>.jsonl         each end's sampled tcp_info and CPU (istrace.session)
     DIR/decoded/<host>/*.csv           the decoder's tables (istrace-decode --csv-dir)
     DIR/merged.parquet, clock.json     one clock, one trace (istrace merge)
     DIR/track.csv (+_states, _events)  cwnd/state series (istrace track, report)
@@ -39,6 +40,14 @@ def pcap(d: Path, host: str) -> Path:
 
 def events_file(d: Path, host: str, fmt: str = "jsonl") -> Path:
     return d / f"events-{host}.{fmt}"
+
+
+def hoststats_file(d: Path, host: str) -> Path:
+    return d / f"hoststats-{host}.jsonl"
+
+
+def hoststats_files(d: Path) -> list[Path]:
+    return sorted(d.glob("hoststats-*.jsonl"))
 
 
 def events_files(d: Path) -> list[Path]:

@@ -20,6 +20,7 @@ import pandas as pd
 from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.events import load_events
+from istrace.capture.hoststats import load_hoststats
 from istrace.system.paths import MissingBinary
 
 HOSTS = layout.HOSTS
@@ -38,6 +39,8 @@ class Capture:
     connections: pd.DataFrame | None = None
     segs: dict[str, pd.DataFrame] = field(default_factory=dict)       # host -> TCP segments
     events: pd.DataFrame | None = None                                # probe events, both hosts
+    sockstats: pd.DataFrame | None = None   # sampled tcp_info of the iSCSI sockets (ss -ti)
+    cpu: pd.DataFrame | None = None         # sampled CPU use per CPU and process
     merged: pd.DataFrame | None = None
     clock: dict[str, Any] = field(default_factory=dict)
     track: Any = None  # istrace.track.of_capture.track_capture fills it in
@@ -155,6 +158,10 @@ def load_capture(d: str | Path, decode: bool = True) -> Capture:
     if cap.events is None:
         cap.missing.append("probe events (events-*.jsonl): no syscall/block/SCSI layers, "
                            "no exact cwnd/CA state")
+    cap.sockstats, cap.cpu = load_hoststats(d)
+    if cap.sockstats is None and cap.cpu is None:
+        cap.missing.append("host samples (hoststats-*.jsonl: the kernel's sender-limit clocks "
+                           "and CPU use)")
     merged = d / layout.MERGED
     if merged.is_file():
         try:

@@ -24,6 +24,7 @@ from typing import Any
 
 from istrace.capture import meta as capture_meta
 from istrace.session.hosts import Host
+from istrace.session.sampler import Sampler
 from istrace.system import paths
 from istrace.testbed import namespaces as testbed
 from istrace.testbed import state as testbed_state
@@ -101,6 +102,7 @@ class Session:
         self.tcpdumps: dict[str, subprocess.Popen[bytes]] = {}
         self.probes: dict[str, Any] = {}
         self.workload: subprocess.Popen[bytes] | None = None
+        self.sampler: Sampler | None = None
         self.meta: dict[str, Any] = {"status": "starting", "out": str(self.out)}
 
     # ---- meta.json, rewritten at every step so a killed capture still leaves one --------------
@@ -240,6 +242,34 @@ class Session:
             status[h.role] = {"status": "running (remote)", "file": f"events-{h.role}.jsonl"}
         time.sleep(self.a.remote_probe_wait)
 
+    def start_sampler(self) -> None:
+        """The kernel's own tcp_info and the CPU, every --sample-ms (session/sampler.py)."""
+        ms = getattr(self.a, "sample_ms", 0) or 0
+        if ms <= 0:
+            self.meta["hoststats"] = {"status": "off (--sample-ms 0)"}
+            return
+        if self.tb is None:
+            self.meta["hoststats"] = {"status": "not sampled: real hosts (ss -ti over ssh "
+                                                "every period would cost more than it shows)"}
+            return
+        tb = self.tb
+        port = int(str(self.portal).rsplit(":", 1)[-1]) if ":" in str(self.portal) else 3260
+
+        def pids() -> dict[str, dict[str, int]]:
+            out: dict[str, dict[str, int]] = {"target": {}, "initiator": {}}
+            tgtd = [p["pid"] for p in tb.state.get("pids", []) if p.get("what") == "tgtd"]
+            if tgtd:
+                out["target"]["tgtd"] = int(tgtd[0])
+            if self.workload is not None and self.workload.poll() is None:
+                out["initiator"]["workload"] = self.workload.pid
+            return out
+
+        self.sampler = Sampler(self.out, {"initiator": tb.ini_ns, "target": tb.tgt_ns}, port,
+                               ms / 1e3, pids)
+        self.sampler.start()
+        self.meta["hoststats"] = {"status": "running", "period_ms": ms}
+        _log(f"sampling tcp_info and CPU every {ms:g} ms")
+
     # ---- the workload -------------------------------------------------------------------------
     def run_workload(self) -> int:
         a = self.a
@@ -295,6 +325,9 @@ class Session:
     # ---- stop, in order: workload, probes, captures ----------------------------------------------
     def stop_all(self) -> None:
         self.stop_workload()
+        if self.sampler is not None:
+            self.meta["hoststats"] = {"status": "ok", **self.sampler.stop()}
+            self.sampler = None
         for role, probe in self.probes.items():
             rc = probe.stop()
             self.meta["probes"][role].update(status="ok" if rc in (0, -2, 130) else
@@ -419,6 +452,7 @@ def run(a: Any, argv: list[str]) -> int:
         s.start_tcpdumps()
         gen_used = shlex.split(a.workload)[:1] == ["gen"]
         s.start_probes(gen_used)
+        s.start_sampler()
         s.save_meta()
         wrc = s.run_workload()
         time.sleep(a.settle + sum(s.tb.cfg.one_way()) / 1000 if s.tb else a.settle)

@@ -504,9 +504,11 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
 
 
 def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str,
-                  host: str, d: str = "t2i", offset_ns: int = 0) -> pd.DataFrame:
-    """Per command, the time its data PDUs' bytes took at one capture point ([first, last]
-    segment carrying them). `pdus` give each command's TCP sequence range in direction `d`."""
+                  host: str, d: str = "t2i", offset_ns: int = 0,
+                  key: str = "cmd") -> pd.DataFrame:
+    """Per command (or per data PDU with key="pdu"; the `cmd` column then holds the PDU's
+    index), the time its data PDUs' bytes took at one capture point ([first, last] segment
+    carrying them). `pdus` give each command's TCP sequence range in direction `d`."""
     if pdus is None or segs is None or pdus.empty or segs.empty or "tcp_seq" not in pdus:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     p = pdus[(pdus["dir"] == d) & pdus["opcode_name"].isin(DATA_OPS) & pdus["cmd"].notna()
@@ -526,7 +528,7 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
         a = tcpseq.rel(pc["tcp_seq"].to_numpy(np.int64), base)
         ln = 48 + pc.get("ahs_len", pd.Series(0, pc.index)).fillna(0).to_numpy(np.int64) + \
             pc["dsl"].fillna(0).to_numpy(np.int64)
-        rng = pd.DataFrame({"cmd": pc["cmd"].to_numpy(), "a": a, "b": a + ln}).groupby("cmd")
+        rng = pd.DataFrame({"cmd": pc[key].to_numpy(), "a": a, "b": a + ln}).groupby("cmd")
         lo, hi = rng["a"].min(), rng["b"].max()
         o = np.argsort(s0, kind="stable")
         s0s, s1s, tss = s0[o], s1[o], ts[o]

@@ -107,23 +107,35 @@ def sender_commands(cap: Any, d: str) -> tuple[pd.DataFrame | None, str]:
     return cmds, f"{'initiator' if sender == 'target' else 'target'}.pcap (other end's times)"
 
 
-def cpu_saturation(cap: Any) -> dict[str, float]:
-    """Mean CPU use of the target and initiator processes as a share of what they may use
-    (their cgroup cap from meta.json when set, else one core), from the host sampler."""
+def cpu_use(cap: Any) -> dict[str, dict[str, float]]:
+    """Median CPU use per host from the host sampler: the target daemon and the workload as a
+    share of what they may use (their cgroup cap from meta.json, else one core), and all the
+    host's CPUs together (`all_cpus`: on the namespace testbed both ends and the emulated path
+    share one machine)."""
     cpu = getattr(cap, "cpu", None)
     if cpu is None or not isinstance(cpu, pd.DataFrame) or cpu.empty \
             or "what" not in cpu.columns or "busy" not in cpu.columns:
         return {}
-    out: dict[str, float] = {}
-    caps = {"tgtd": cap.meta.get("tgt_cpu") or (cap.meta.get("testbed") or {}).get("tgt_cpu"),
-            "workload": cap.meta.get("ini_cpu") or (cap.meta.get("testbed") or {}).get("ini_cpu")}
-    for what, host in (("tgtd", "target"), ("workload", "initiator")):
-        x = cpu[cpu["what"] == what]["busy"].dropna()
+    tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
+    caps = {"tgtd": (tb or {}).get("tgt_cpu"), "workload": (tb or {}).get("ini_cpu")}
+    out: dict[str, dict[str, float]] = {}
+    for what, host in (("tgtd", "target"), ("workload", "initiator"), ("cpu", "target"),
+                       ("cpu", "initiator")):
+        x = cpu[(cpu["what"] == what) & (cpu["host"].astype(str) == host)]["busy"].dropna()
         if x.empty:
             continue
+        if what == "cpu":
+            out.setdefault(host, {})["all_cpus"] = float(x.median())
+            continue
         limit = float(caps[what]) / 100.0 if caps[what] else 1.0
-        out[host] = float(x.quantile(0.5)) / limit if limit > 0 else float("nan")
+        out.setdefault(host, {})[what] = float(x.median()) / limit if limit > 0 else 0.0
     return out
+
+
+def cpu_saturation(cap: Any) -> dict[str, float]:
+    """Per host, the most saturated of its process and its machine (>= CPU_SATURATED: the
+    host could not run faster)."""
+    return {h: max(v.values()) for h, v in cpu_use(cap).items() if v}
 
 
 def _asof(ts: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -166,15 +178,27 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarr
     return cause
 
 
+def _inside(spans: tuple[np.ndarray, np.ndarray] | None, a: np.ndarray,
+            b: np.ndarray) -> np.ndarray:
+    """Whether each gap [a, b] lies inside one PDU's segments (spans sorted by start)."""
+    if spans is None or len(spans[0]) == 0:
+        return np.zeros(len(a), bool)
+    start, end = spans
+    k = _before(start, a)
+    return (k >= 0) & (end[np.maximum(k, 0)] >= b)
+
+
 def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
-                  cause: np.ndarray, app: str) -> np.ndarray:
-    """Where the sender's socket was sampled (ss -ti), the kernel's own clocks over the sampling
-    period holding the gap overrule the estimate: rwnd_limited or sndbuf_limited running most
-    of the period name that limit; none of busy / rwnd_limited / sndbuf_limited running means
-    the socket's write queue was empty: the sending application (`app`) had not written; busy
-    alone means data queued and neither window nor buffer in the way: the congestion control
-    held it (congestion window, or the pacing rate of BBR / fq)."""
-    need = {"busy_us", "rwnd_limited_us", "sndbuf_limited_us"}
+                  cause: np.ndarray, app: str, inside: np.ndarray | None = None,
+                  pace: str = "tcp_cwnd") -> np.ndarray:
+    """Where the sender's socket was sampled (ss -ti), the kernel's own accounting over the
+    sampling period holding the gap overrules the estimate: the rwnd_limited or sndbuf_limited
+    clock running most of the period names that limit; otherwise the snapshot at the period's
+    end says whether the congestion window was full (unacked >= cwnd - 2: the congestion
+    control held the data) or not: inside a PDU (`inside`) the data was written, so the pacing
+    rate held it (congestion control again); between PDUs the sending application (`app`) had
+    not written. The busy clock alone says little: it runs whenever data is unacked."""
+    need = {"rwnd_limited_us", "sndbuf_limited_us"}
     if sock is None or sock.empty or not need <= set(sock.columns):
         return cause
     s = sock.sort_values("ts_ns")
@@ -186,14 +210,22 @@ def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
     def grew(col: str) -> np.ndarray:
         return np.diff(s[col].ffill().fillna(0).to_numpy(np.float64))
 
-    busy, rl, sl = grew("busy_us"), grew("rwnd_limited_us"), grew("sndbuf_limited_us")
+    rl, sl = grew("rwnd_limited_us"), grew("sndbuf_limited_us")
+    unacked = s["unacked"].to_numpy(np.float64) if "unacked" in s.columns \
+        else np.full(len(s), np.nan)
+    cwnd = s["cwnd"].to_numpy(np.float64) if "cwnd" in s.columns else np.full(len(s), np.nan)
     k = _before(t, (a + b) // 2)
     ok = (k >= 0) & (k < len(dt))
     kk = np.clip(k, 0, len(dt) - 1)
     half = 0.5 * dt[kk]
+    with np.errstate(invalid="ignore"):
+        full = unacked[kk + 1] >= cwnd[kk + 1] - 2
+        known = ~np.isnan(unacked[kk + 1]) & ~np.isnan(cwnd[kk + 1])
     out = cause.copy()
-    out[ok & (busy[kk] >= half) & (rl[kk] + sl[kk] < half)] = "tcp_cwnd"
-    out[ok & (busy[kk] + rl[kk] + sl[kk] < half)] = app
+    inside = np.zeros(len(a), bool) if inside is None else inside
+    out[ok & known & full] = "tcp_cwnd"
+    out[ok & known & ~full & inside] = pace
+    out[ok & known & ~full & ~inside] = app
     out[ok & (rl[kk] > half)] = "tcp_rwnd"
     out[ok & (sl[kk] > half)] = "tcp_sndbuf"
     return out
@@ -203,7 +235,8 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
                        r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
                        sock: pd.DataFrame | None, capacity_bps: float | None,
                        cpu: dict[str, float], link_busy: float | None = None,
-                       first_loss_ns: int | None = None) -> None:
+                       first_loss_ns: int | None = None,
+                       pdu_spans: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """Add one connection's data phase (segments of direction acc.direction, as seen at the
     sender) to `acc`.
 
@@ -213,7 +246,8 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
     sender); the rest of the span is shared among the other causes in proportion to the time
     the sender's gaps and bursts gave them."""
     one = Accounting(direction=acc.direction, sender=acc.sender)
-    _classify(one, segs, cmds, r2t_ts, samples, states, sock, capacity_bps, cpu, first_loss_ns)
+    _classify(one, segs, cmds, r2t_ts, samples, states, sock, capacity_bps, cpu, first_loss_ns,
+              pdu_spans)
     acc.span_ns += one.span_ns
     acc.bytes += one.bytes
     acc.unsure += one.unsure
@@ -236,7 +270,8 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
 def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
               r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
               sock: pd.DataFrame | None, capacity_bps: float | None,
-              cpu: dict[str, float], first_loss_ns: int | None) -> None:
+              cpu: dict[str, float], first_loss_ns: int | None,
+              pdu_spans: tuple[np.ndarray, np.ndarray] | None) -> None:
     """Time per cause of one connection from the sender's bursts and gaps."""
     d = acc.direction
     x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
@@ -331,10 +366,22 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
 
     if pending.any():
         mss = float(x["len"].max())
-        why = _window_cause(samples, ga[pending], mss)
-        app = f"host_cpu_{host}" if cpu.get(host, 0.0) >= CPU_SATURATED else (
+        pa, pb = ga[pending], gb[pending]
+        why = _window_cause(samples, pa, mss)
+        inside = _inside(pdu_spans, pa, pb)
+        # Inside one PDU the sender had written all of it (tgtd, istrace-gen and the kernel
+        # initiator hand a whole PDU to the socket): with neither window full the socket
+        # held it back, by its pacing rate or a full send buffer, not the application.
+        why[inside & (why == "tcp_sndbuf_or_app")] = "tcp_sndbuf_or_pacing"
+        saturated = cpu.get(host, 0.0) >= CPU_SATURATED
+        app = f"host_cpu_{host}" if saturated else (
             "target_service" if host == "target" else "initiator_concurrency")
-        why = _chrono_cause(sock, ga[pending], gb[pending], why, app)
+        # With the sender's machine saturated, data held back by nothing but timing (pacing,
+        # the application) waited for a CPU; full windows stay what they are.
+        why = _chrono_cause(sock, pa, pb, why, app, inside,
+                            pace=f"host_cpu_{host}" if saturated else "tcp_cwnd")
+        if saturated:
+            why[np.isin(why, ["tcp_sndbuf_or_pacing", "tcp_sndbuf_or_app"])] = f"host_cpu_{host}"
         if first_loss_ns is not None:
             # A congestion window held small after a loss is the loss's doing (the window was
             # cut), not slow start's.

@@ -100,8 +100,9 @@ def _r2t(ev: dict[str, Any], share: float, now: float | None,
 
 
 _GENERIC = {
-    "tcp_cwnd": "a larger initial / steady congestion window: longer-lived connections, "
-                "net.ipv4.tcp_slow_start_after_idle=0, or a congestion control that ramps faster",
+    "tcp_cwnd": "a larger initial / steady congestion window or pacing rate: longer-lived "
+                "connections, net.ipv4.tcp_slow_start_after_idle=0, or a congestion control "
+                "that ramps faster (BBR paces an app-limited flow at its low measured rate)",
     "tcp_loss_recovery": "remove the packet loss (path errors, a full queue upstream)",
     "target_service": "a faster target back end (backing store, target threads)",
     "host_cpu_target": "more CPU for the target (its cgroup cap, a faster core, offloads)",
@@ -110,9 +111,15 @@ _GENERIC = {
     "network_queueing": "a smaller bottleneck queue (AQM) or pacing: RTT falls back to its "
                         "minimum",
     "tcp_window": "larger socket buffers (both ends) or a larger congestion window",
+    "tcp_sndbuf_or_pacing": "a larger send buffer (net.ipv4.tcp_wmem) if it was full, else a "
+                            "congestion control whose pacing follows the link (cubic; BBR "
+                            "paces an app-limited flow at its low measured rate)",
     "tcp_sndbuf_or_app": "a larger send buffer (net.ipv4.tcp_wmem) if it was full, else a "
                          "sender that writes sooner (sample ss -ti to tell which)",
 }
+
+
+NO_MODEL = ("network_queueing", "host_cpu_target", "host_cpu_initiator")
 
 
 def what_would_help(primary: str, secondary: list[str], shares: dict[str, float],
@@ -135,8 +142,8 @@ def what_would_help(primary: str, secondary: list[str], shares: dict[str, float]
             out.append({"cause": cause, "change": "a faster link (or more paths): the link is "
                         "full", "model": None, "predicted_MBps": None, "now_MBps": _mb(now_Bps)})
         elif cause in _GENERIC:
-            pred = None if cause == "network_queueing" else _cap(_removed(share, now_Bps),
-                                                                   cap_Bps)
+            # CPU and queueing have no time model: freeing them moves the limit elsewhere.
+            pred = None if cause in NO_MODEL else _cap(_removed(share, now_Bps), cap_Bps)
             out.append({"cause": cause, "change": _GENERIC[cause],
                         "model": "time removed: current / (1 - share)" if pred else None,
                         "predicted_MBps": _mb(pred), "now_MBps": _mb(now_Bps)})

@@ -32,6 +32,8 @@ CAUSES: dict[str, tuple[str, str]] = {
                    "without probe events)"),
     "tcp_sndbuf_or_app": ("tcp", "the sender's send buffer, or the sending application not "
                           "writing (not told apart without the kernel's clocks, ss -ti)"),
+    "tcp_sndbuf_or_pacing": ("tcp", "the sender's send buffer or its pacing rate (not told "
+                             "apart without the kernel's clocks, ss -ti)"),
     "tcp_loss_recovery": ("tcp", "TCP loss (recovery, and the congestion window cut by it)"),
     "network_capacity": ("network", "the network's capacity (the link is full)"),
     "network_queueing": ("network", "queueing delay on the path"),
@@ -50,6 +52,9 @@ AMBIGUOUS = {
                   "buffer cannot be told apart",
     "tcp_sndbuf_or_app": "data to send and neither window full, without the kernel's clocks "
                          "(ss -ti): a full send buffer or the sender not writing",
+    "tcp_sndbuf_or_pacing": "data held in the sender's socket with neither window full, "
+                            "without the kernel's clocks (ss -ti): a full send buffer or the "
+                            "pacing rate",
     "sending_unexplained": "the sender was busy below any known capacity: the path's capacity "
                            "or the hosts' CPU (no rate set, no host CPU samples)",
 }
@@ -159,6 +164,18 @@ def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
     return s if not s.empty else None
 
 
+def _pdu_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame, sender: str,
+               d: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """[first, last] segment of each data PDU at the sender, sorted by start."""
+    if pdus is None or "pdu" not in pdus.columns:
+        return None
+    sp = data.segment_spans(pdus, segs, "pdu", sender, d, key="pdu")
+    if sp.empty:
+        return None
+    sp = sp.sort_values("start_ns")
+    return sp["start_ns"].to_numpy(np.int64), sp["end_ns"].to_numpy(np.int64)
+
+
 def _data_on_wire(cmds: pd.DataFrame, pdus: pd.DataFrame | None, segs: pd.DataFrame,
                   sender: str, d: str) -> pd.DataFrame:
     """Commands with their data phase as the segments carrying their data PDUs' bytes took it
@@ -221,7 +238,8 @@ def account(cap: Capture) -> accounting.Accounting | None:
                               & (samples["conn"].astype(str) == str(conn))]
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
-                                      link_busy, _first_loss(cap, d, str(conn)))
+                                      link_busy, _first_loss(cap, d, str(conn)),
+                                      _pdu_spans(pdus, c, sender, d))
         acc.connections.append(str(conn))
     return acc
 
@@ -259,7 +277,9 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     rtx = _retransmits(cap, d)
     ev["retransmits"] = rtx
     ev["loss_rate"] = rtx / nseg if nseg else None
-    ev["cpu_use_of_limit"] = accounting.cpu_saturation(cap)
+    ev["cpu_use"] = accounting.cpu_use(cap)
+    tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
+    ev["one_machine"] = (tb or {}).get("mode") == "netns"
     ev["rwnd_median"] = ev["cwnd_median"] = ev["rwnd_max"] = ev["sndbuf_max"] = None
     if cap.track is not None and not cap.track.samples.empty:
         s = cap.track.samples[cap.track.samples["dir"].astype(str) == d]
@@ -353,6 +373,12 @@ def limited_by(v: dict[str, Any]) -> str:
              f"command (never more than {n} outstanding)")
     else:
         s = f"{p['text']}: {pct}"
+    if p["cause"].startswith("host_cpu_"):
+        use = (ev.get("cpu_use") or {}).get(p["cause"].removeprefix("host_cpu_"), {})
+        who = ", ".join(f"{k.replace('_', ' ')} {x * 100:.0f}% busy" for k, x in use.items())
+        if who:
+            s += f" ({who}" + ("; both ends and the emulated path share this machine's CPUs"
+                               if ev.get("one_machine") else "") + ")"
     if v.get("secondary"):
         s += "; then " + ", ".join(
             f"{x['text']} ({x['share'] * 100:.0f}%"
