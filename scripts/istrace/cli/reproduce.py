@@ -18,6 +18,7 @@ from typing import Any
 from istrace.reproduce import delay as repro_delay
 from istrace.reproduce import parallel as repro_parallel
 from istrace.reproduce import run as repro_run
+from istrace.reproduce import scenarios as repro_scenarios
 from istrace.reproduce import sessions as repro_sessions
 from istrace.reproduce import window as repro_window
 
@@ -31,6 +32,8 @@ EXPERIMENTS: dict[str, tuple[Callable[..., int], Callable[[Path], int], str]] = 
                  "seed 004: throughput vs parallel sessions at 10-100 ms, golden-section search"),
     "window": (repro_window.run, repro_window.finish,
                "seed 002: throughput vs delay per TCP window / MSS, window/RTT bound"),
+    "scenarios": (repro_scenarios.run, repro_scenarios.finish,
+                  "the verdict's scenario suite: captures with a cause fixed in advance"),
 }
 
 

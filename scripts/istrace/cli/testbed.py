@@ -49,6 +49,19 @@ def parse_loss(text: str) -> float:
     return value
 
 
+def parse_bytes(text: str) -> int:
+    """'64k' -> 65536, '4M' -> 4194304 (binary units), a bare number is bytes."""
+    t = text.strip().lower().removesuffix("b")
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(t[-1:], 1)
+    try:
+        value = int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 64k, 4M)") from None
+    if value < 4096:
+        raise argparse.ArgumentTypeError(f"size {text!r}: at least 4096 bytes")
+    return value
+
+
 def add_path_args(p: argparse.ArgumentParser) -> None:
     """The path and target options `testbed up` and `capture` share."""
     p.add_argument("--name", default="ist", help="testbed name, 1-6 chars (default ist)")
@@ -70,6 +83,16 @@ def add_path_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chap-mutual-secret")
     p.add_argument("--emulator", choices=("auto", "dummynet", "netem"), default="auto")
     p.add_argument("--offloads", action="store_true", help="leave TSO/GSO/GRO on")
+    p.add_argument("--ini-rmem", type=parse_bytes, default=0,
+                   help="initiator's largest receive buffer (net.ipv4.tcp_rmem max, e.g. 64k): "
+                        "caps the receive window")
+    p.add_argument("--tgt-wmem", type=parse_bytes, default=0,
+                   help="target's largest send buffer (net.ipv4.tcp_wmem max, e.g. 64k)")
+    p.add_argument("--cc", default="",
+                   help="TCP congestion control at both ends (e.g. cubic, bbr; default: the "
+                        "host's)")
+    p.add_argument("--tgt-cpu", type=float, default=0.0,
+                   help="cap tgtd at this %% of one CPU (cgroup cpu.max / cfs quota)")
 
 
 def _status(name: str | None) -> int:

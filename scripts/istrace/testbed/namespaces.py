@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from istrace.system import netns
+from istrace.testbed import cpucap, pattern
 from istrace.testbed import path as testbed_path
-from istrace.testbed import pattern
 from istrace.testbed import state as testbed_state
 from istrace.testbed import tgt as testbed_tgt
 from istrace.testbed.lifecycle import UpDown
@@ -61,6 +61,10 @@ class TestbedConfig:
     emulator: str = "auto"               # auto | dummynet | netem
     offloads: bool = False               # leave TSO/GSO/GRO on (segments bigger than the wire)
     seed: int = 1                        # loss RNG seed of the forwarder
+    ini_rmem: int = 0                    # initiator's tcp_rmem max, bytes (0 = 64 MiB)
+    tgt_wmem: int = 0                    # target's tcp_wmem max, bytes (0 = 64 MiB)
+    tgt_cpu: float = 0.0                 # tgtd's CPU cap, % of one CPU (0 = none)
+    cc: str = ""                         # TCP congestion control of both ends ("" = host's)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def one_way(self) -> tuple[float, float]:
@@ -90,12 +94,26 @@ class TestbedConfig:
             raise ValueError("lun size must be >= 1 MiB")
         if (self.chap_user is None) != (self.chap_secret is None):
             raise ValueError("CHAP needs both a user and a secret")
+        for b in (self.ini_rmem, self.tgt_wmem):
+            if b and b < 4096:
+                raise ValueError(f"socket buffer {b} bytes: at least 4096")
+        if self.tgt_cpu < 0:
+            raise ValueError(f"CPU cap {self.tgt_cpu}% must be >= 0")
         if self.emulator not in ("auto", "dummynet", "netem"):
             raise ValueError(f"emulator {self.emulator!r}: auto, dummynet or netem")
 
 
 class TestbedError(RuntimeError):
     pass
+
+
+def _host_cc() -> str:
+    """The congestion control new namespaces inherit (the host's default)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
 
 
 def owner_alive(state: dict[str, Any]) -> int | None:
@@ -226,10 +244,19 @@ class Testbed(UpDown):
             assert self.mid_ns is not None
             self._add_ns(self.mid_ns)
             testbed_path.routed_links(self, MID_IP)
+        big = 67108864  # room for a 1 Gbit/s x 400 ms window: the path limits a transfer
         for dev, ns in ((self.ini_dev, self.ini_ns), (self.tgt_dev, self.tgt_ns)):
-            # room for a 1 Gbit/s x 400 ms window: the path, not the socket, limits a transfer
-            netns.sysctl(ns, "net.ipv4.tcp_rmem", "4096 131072 67108864")
-            netns.sysctl(ns, "net.ipv4.tcp_wmem", "4096 16384 67108864")
+            rmem = cfg.ini_rmem if ns == self.ini_ns and cfg.ini_rmem else big
+            wmem = cfg.tgt_wmem if ns == self.tgt_ns and cfg.tgt_wmem else big
+            # A small cap is the point (a window-limited scenario): the default and the
+            # initial value shrink with it.
+            netns.sysctl(ns, "net.ipv4.tcp_rmem", f"4096 {min(131072, rmem)} {rmem}")
+            netns.sysctl(ns, "net.ipv4.tcp_wmem", f"4096 {min(16384, wmem)} {wmem}")
+            if cfg.cc:
+                try:
+                    netns.sysctl(ns, "net.ipv4.tcp_congestion_control", cfg.cc)
+                except netns.NetError as exc:
+                    raise TestbedError(f"congestion control {cfg.cc!r}: {exc}") from None
             if not cfg.offloads:
                 netns.offloads_off(dev, ns)
             if cfg.txqueuelen or cfg.nic_rate_mbit:
@@ -280,6 +307,13 @@ class Testbed(UpDown):
                                 start_new_session=True)
         log.close()
         testbed_state.add_pid(self.state, proc.pid, "tgtd", hard=True)
+        if cfg.tgt_cpu:
+            try:
+                cg = cpucap.cap(f"istrace-{cfg.name}-tgtd", proc.pid, cfg.tgt_cpu)
+            except (cpucap.CpuCapError, OSError) as exc:
+                raise TestbedError(f"--tgt-cpu {cfg.tgt_cpu:g}: {exc}") from None
+            self.state.setdefault("cgroups", []).append(str(cg))
+            testbed_state.save(self.state)
         adm = testbed_tgt.Tgtadm(self.control_port)
         adm.wait_ready(proc)
         tids = list(range(1, len(self.iqns) + 1))
@@ -329,7 +363,9 @@ class Testbed(UpDown):
                 "delay_i2t_ms": i2t, "delay_t2i_ms": t2i, "rate_mbit": self.cfg.rate_mbit,
                 "loss": self.cfg.loss, "queue": self.cfg.queue,
                 "txqueuelen": self.cfg.txqueuelen, "nic_rate_mbit": self.cfg.nic_rate_mbit,
-                "offloads": self.cfg.offloads,
+                "offloads": self.cfg.offloads, "ini_rmem": self.cfg.ini_rmem,
+                "tgt_wmem": self.cfg.tgt_wmem, "tgt_cpu": self.cfg.tgt_cpu,
+                "cc": self.cfg.cc or _host_cc(),
                 "chap": bool(self.cfg.chap_user), "control_port": self.control_port}
 
 
@@ -342,4 +378,6 @@ def config_from_args(a: Any) -> TestbedConfig:
                          chap_user=a.chap_user, chap_secret=a.chap_secret,
                          chap_mutual_user=a.chap_mutual_user,
                          chap_mutual_secret=a.chap_mutual_secret, emulator=a.emulator,
-                         offloads=a.offloads)
+                         offloads=a.offloads, ini_rmem=getattr(a, "ini_rmem", 0),
+                         tgt_wmem=getattr(a, "tgt_wmem", 0), tgt_cpu=getattr(a, "tgt_cpu", 0.0),
+                         cc=getattr(a, "cc", "") or "")

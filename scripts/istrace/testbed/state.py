@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from istrace.system import netns
+from istrace.testbed import cpucap
 
 RUN_ROOT = Path(os.environ.get("ISTRACE_RUN_ROOT", "/run/istrace"))
 
@@ -107,6 +108,10 @@ def teardown(state: dict[str, Any]) -> list[str]:
         if netns.ns_exists(ns):
             for pid in netns.ns_pids(ns):
                 kill_pid(pid, proc_start(pid), grace_s=1.0)
+    for cg in state.get("cgroups", []):
+        err = cpucap.remove(Path(cg))
+        if err:
+            problems.append(err)
     for dev in state.get("root_links", []):
         if netns.link_exists(dev):
             netns.sh(["ip", "link", "del", dev], check=False)

@@ -107,15 +107,19 @@ def sender_commands(cap: Any, d: str) -> tuple[pd.DataFrame | None, str]:
     return cmds, f"{'initiator' if sender == 'target' else 'target'}.pcap (other end's times)"
 
 
-def cpu_use(cap: Any) -> dict[str, dict[str, float]]:
+def cpu_use(cap: Any, window: tuple[int, int] | None = None) -> dict[str, dict[str, float]]:
     """Median CPU use per host from the host sampler: the target daemon and the workload as a
     share of what they may use (their cgroup cap from meta.json, else one core), and all the
     host's CPUs together (`all_cpus`: on the namespace testbed both ends and the emulated path
-    share one machine)."""
+    share one machine), over the samples inside `window` (the data phase: idle time before
+    and after the transfer would water a saturated process down)."""
     cpu = getattr(cap, "cpu", None)
     if cpu is None or not isinstance(cpu, pd.DataFrame) or cpu.empty \
             or "what" not in cpu.columns or "busy" not in cpu.columns:
         return {}
+    if window is not None:
+        inside = cpu[(cpu["ts_ns"] > window[0]) & (cpu["ts_ns"] <= window[1])]
+        cpu = inside if not inside.empty else cpu
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
     caps = {"tgtd": (tb or {}).get("tgt_cpu"), "workload": (tb or {}).get("ini_cpu")}
     out: dict[str, dict[str, float]] = {}
@@ -132,10 +136,10 @@ def cpu_use(cap: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def cpu_saturation(cap: Any) -> dict[str, float]:
+def cpu_saturation(cap: Any, window: tuple[int, int] | None = None) -> dict[str, float]:
     """Per host, the most saturated of its process and its machine (>= CPU_SATURATED: the
     host could not run faster)."""
-    return {h: max(v.values()) for h, v in cpu_use(cap).items() if v}
+    return {h: max(v.values()) for h, v in cpu_use(cap, window).items() if v}
 
 
 def _asof(ts: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -223,9 +227,22 @@ def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
         known = ~np.isnan(unacked[kk + 1]) & ~np.isnan(cwnd[kk + 1])
     out = cause.copy()
     inside = np.zeros(len(a), bool) if inside is None else inside
-    out[ok & known & full] = "tcp_cwnd"
-    out[ok & known & ~full & inside] = pace
-    out[ok & known & ~full & ~inside] = app
+    # Queued bytes at the send buffer's size: the writer is held whatever the clock says (a
+    # non-blocking writer such as tgtd gets EAGAIN, and the sndbuf_limited clock may not run).
+    if {"wmem_queued", "sndbuf_bytes"} <= set(s.columns):
+        wq = s["wmem_queued"].to_numpy(np.float64)
+        sb = s["sndbuf_bytes"].to_numpy(np.float64)
+        with np.errstate(invalid="ignore"):
+            buf_full = wq[kk + 1] >= 0.9 * sb[kk + 1]
+    else:
+        buf_full = np.zeros(len(a), bool)
+    # A snapshot every few hundred ms only settles what the per-gap estimate left open; a
+    # window the probes saw full at the gap (cwnd, rwnd) stays.
+    open_ = ok & ~np.isin(cause, ["tcp_cwnd", "tcp_rwnd"])
+    out[open_ & known & full] = "tcp_cwnd"
+    out[open_ & known & ~full & inside] = pace
+    out[open_ & known & ~full & ~inside] = app
+    out[open_ & buf_full & ~(known & full)] = "tcp_sndbuf"
     out[ok & (rl[kk] > half)] = "tcp_rwnd"
     out[ok & (sl[kk] > half)] = "tcp_sndbuf"
     return out

@@ -209,11 +209,12 @@ def account(cap: Capture) -> accounting.Accounting | None:
     elif "other end" in cmd_source:
         acc.notes.append(f"command times from {cmd_source}: shifted by the one-way delay")
     cap_bps, _ = capacity(cap)
-    cpu = accounting.cpu_saturation(cap)
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    phase = (int(x["ts_ns"].min()), int(x["ts_ns"].max())) if not x.empty else None
+    cpu = accounting.cpu_saturation(cap, phase)
     pdus = cap.pdus.get(sender)
     if cmds is not None and "other end" not in cmd_source:
         cmds = _data_on_wire(cmds, pdus, segs, sender, d)
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
     totals = x.groupby("conn", observed=True)["len"].sum()
     link_busy = None
     if cap_bps and len(x) > 1:
@@ -277,7 +278,9 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     rtx = _retransmits(cap, d)
     ev["retransmits"] = rtx
     ev["loss_rate"] = rtx / nseg if nseg else None
-    ev["cpu_use"] = accounting.cpu_use(cap)
+    x = segs[(segs["dir"] == d) & (segs["len"] > 0)] if segs is not None else None
+    phase = (int(x["ts_ns"].min()), int(x["ts_ns"].max())) if x is not None and len(x) else None
+    ev["cpu_use"] = accounting.cpu_use(cap, phase)
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
     ev["one_machine"] = (tb or {}).get("mode") == "netns"
     ev["rwnd_median"] = ev["cwnd_median"] = ev["rwnd_max"] = ev["sndbuf_max"] = None

@@ -1,0 +1,57 @@
+"""The verdict on captures whose cause was fixed in advance (istrace.reproduce.scenarios): the
+primary cause right in at least 90% of scenarios with probes, the second cause named where two
+were set, and never a confident wrong answer, with or without probes."""
+
+import os
+
+import pytest
+from istrace.reproduce import scenarios
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root")
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    out = tmp_path_factory.mktemp("scenarios")
+    rows = scenarios.run_suite(out)
+    print("\n" + scenarios.table(rows))
+    return {r["name"]: r for r in rows}
+
+
+def test_suite_covers_every_category_this_machine_has():
+    causes = {s.primary for s in scenarios.SCENARIOS} | {
+        s.secondary for s in scenarios.SCENARIOS if s.secondary}
+    assert {"initiator_concurrency", "iscsi_r2t", "tcp_rwnd", "tcp_cwnd", "tcp_sndbuf",
+            "tcp_loss_recovery", "network_capacity", "network_queueing",
+            "host_cpu_target"} <= causes
+    assert len(scenarios.SCENARIOS) >= 12
+    assert sum(1 for s in scenarios.SCENARIOS if s.secondary) >= 2
+
+
+def test_every_capture_ran(rows):
+    bad = {n: r.get("error") for n, r in rows.items() if r.get("status") != "ok"}
+    assert not bad
+
+
+def test_primary_right_in_nine_of_ten_with_probes(rows):
+    right = [n for n, r in rows.items() if r.get("right")]
+    assert len(right) >= 0.9 * len(rows), scenarios.table(list(rows.values()))
+
+
+@pytest.mark.parametrize("name", [s.name for s in scenarios.SCENARIOS])
+def test_never_confidently_wrong(rows, name):
+    r = rows[name]
+    if r.get("status") != "ok":
+        pytest.skip("capture failed (test_every_capture_ran says why)")
+    if not r["right"]:
+        assert r["unsure"], f"{name}: confident {r['given_primary']} for {r['expected_primary']}"
+    if not r["noprobes_right"] and not r["noprobes_coarse"]:
+        assert r["noprobes_unsure"], (f"{name} without probes: confident "
+                                      f"{r['noprobes_primary']} for {r['expected_primary']}")
+
+
+@pytest.mark.parametrize("name", [s.name for s in scenarios.SCENARIOS if s.secondary])
+def test_second_cause_named(rows, name):
+    r = rows[name]
+    assert r.get("right") and r.get("secondary_right"), (
+        f"{name}: {r.get('given_primary')} + {r.get('given_secondary')}")
