@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from dechelp import NATIVE_BIN, Decoded, decode
+from istrace.capture.conn import conn_key
 from istrace.system.paths import binary
 from istrace.testbed.namespaces import Testbed, TestbedConfig
 from tshark_pdus import ISCSI_FIELDS, SENSE, TPdu, chain_seqs, parse_pdml, run_tshark_pdml
@@ -285,7 +286,7 @@ def test_response_times_match_tshark(real: Real) -> None:
     for line in r.stdout.splitlines():
         itt, t, ini, iport, tgt, tport = line.split("\t")
         if t and "," not in itt:
-            tshark_time[(int(itt, 16), f"{ini}:{iport}-{tgt}:{tport}")] = float(t) * 1e6
+            tshark_time[(int(itt, 16), conn_key(ini, iport, tgt, tport))] = float(t) * 1e6
     ist = real.ist
     df = ist[(ist["opcode"].astype(int) == 0x21) & (ist["resp_time_us"] != "")]
     assert len(tshark_time) > 100 and len(df) > 100

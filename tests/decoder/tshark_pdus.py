@@ -15,6 +15,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from istrace.capture.conn import conn_key
+
 TSHARK_OPTS = ["-o", "tcp.desegment_tcp_streams:TRUE", "-o", "iscsi.desegment_iscsi_messages:TRUE",
                "-o", "tcp.reassemble_out_of_order:TRUE", "-o", "iscsi.protocol_version:RFC3720"]
 
@@ -106,11 +108,7 @@ def parse_pdml(path: Path, target_ports: tuple[int, ...] = (3260,)) -> list[TPdu
                 d = "i2t" if dport in target_ports else "t2i"
                 ini = (src, sport) if d == "i2t" else (dst, dport)
                 tgt = (dst, dport) if d == "i2t" else (src, sport)
-
-                def fmt(a: tuple[str, int]) -> str:
-                    return f"[{a[0]}]:{a[1]}" if ":" in a[0] else f"{a[0]}:{a[1]}"
-
-                cur = TPdu(frame, f"{fmt(ini)}-{fmt(tgt)}", d, seq, tlen)
+                cur = TPdu(frame, conn_key(*ini, *tgt), d, seq, tlen)
                 out.append(cur)
                 wanted = {v: k for k, v in ISCSI_FIELDS.items()}
                 for f in proto.iter("field"):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from istrace.capture.conn import conn_key, parse_endpoint
 from istrace.probe.loader import Probe
 from istrace.system.paths import REPO_ROOT, binary
 from istrace.testbed import state as testbed_state
@@ -132,7 +133,8 @@ def ss_samples(text: str) -> pd.DataFrame:
         elif line.startswith("E "):
             rows += [(t0, int(line[2:]), c, w) for c, w in pending]
         elif (m := re.search(r"(\S+:\d+)\s+(\S+:\d+)\s*$", line)) and not line[0].isspace():
-            conn = f"{m.group(2)}-{m.group(1)}"  # on the target the peer is the initiator
+            # on the target the peer is the initiator
+            conn = conn_key(*parse_endpoint(m.group(2)), *parse_endpoint(m.group(1)))
         elif "cwnd:" in line and conn:
             m = re.search(r"\bcwnd:(\d+)", line)
             if m:

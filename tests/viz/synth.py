@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from istrace.capture.conn import conn_key
 
 INI, TGT = ("10.9.0.1", 45000), ("10.9.0.2", 3260)
-CONN = f"{INI[0]}:{INI[1]}-{TGT[0]}:{TGT[1]}"
+CONN = conn_key(*INI, *TGT)
 MSS = 1448
 BHS = 48
 

@@ -17,7 +17,9 @@ snd_una) get the command of the PDU whose bytes they carry, by TCP sequence (bot
 the same sequence numbers); events with an ITT (USDT, tgtd, libiscsi) get the command with
 that ITT live at that time; syscall and block events get the command outstanding at that
 time on their host (the latest issued one that has not completed: exact at queue depth 1,
-a best guess above it).  Everything is vectorised (merge_asof), no per-row Python.
+a best guess above it); pread/pwrite of a LUN file get the command at that byte offset.
+The rules live in istrace.capture.attribution (shared with the plots); everything is
+vectorised (merge_asof, searchsorted), no per-row Python.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
-from istrace.capture import layout
+from istrace.capture import attribution, layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, decode_to_dir
 from istrace.capture.decoded import load_segments as load_segment_table
 from istrace.system.paths import MissingBinary
@@ -68,9 +70,6 @@ _EVENT_SCHEMA = pa.schema([
 
 MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int64())
                            for c in MERGED_COLUMNS])
-
-SEQ_MOD = 1 << 32
-
 
 class MergeError(RuntimeError):
     pass
@@ -186,33 +185,17 @@ def _decode(pcap: Path, out_dir: Path) -> str | None:
     return None
 
 
-def _hex_or_int(s: pd.Series) -> pd.Series:
-    """ITT/TTT columns: '0x0000001f' text (decoder) or plain integers -> Int64."""
-    if pd.api.types.is_numeric_dtype(s.dtype):
-        return pd.to_numeric(s, errors="coerce").astype("Int64")
-
-    def parse(v: str) -> float:
-        try:
-            return float(int(str(v).strip(), 0))
-        except ValueError:
-            return float("nan")
-
-    # parse each distinct text once: tags repeat across the PDUs of a command
-    mapping = {u: parse(u) for u in pd.unique(s.dropna())}
-    return s.map(mapping).astype("Float64").astype("Int64")
-
-
 def load_decoded(d: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     pdus = commands = None
     if (d / layout.PDUS).is_file():
         pdus = pd.read_csv(d / layout.PDUS, low_memory=False)
         for c in ("itt", "ttt"):
             if c in pdus:
-                pdus[c] = _hex_or_int(pdus[c])
+                pdus[c] = attribution.tag_numbers(pdus[c])
     if (d / layout.COMMANDS).is_file():
         commands = pd.read_csv(d / layout.COMMANDS, low_memory=False)
         if "itt" in commands:
-            commands["itt"] = _hex_or_int(commands["itt"])
+            commands["itt"] = attribution.tag_numbers(commands["itt"])
     return pdus, commands
 
 
@@ -245,108 +228,6 @@ def estimate_offset(seg_i: pd.DataFrame, seg_t: pd.DataFrame) -> ClockEstimate:
     return ClockEstimate(one, None, n, len(i2t), len(t2i), lower, upper, "tcp-segments-one-way",
                          "segments in one direction only: the offset is bounded on one side "
                          "only (estimate = that bound)" if n else "no common segments")
-
-
-# ----------------------------------------------------------------------------- cmd_id
-
-def _unwrap(seq: np.ndarray, base: int) -> np.ndarray:
-    return (seq.astype(np.int64) - base) % SEQ_MOD
-
-
-def _by_seq(rows: pd.DataFrame, seq_col: str, pdus: pd.DataFrame,
-            bases: dict[tuple[str, str], int]) -> pd.Series:
-    """cmd of the PDU (same conn, dir) that starts at or before each row's sequence number."""
-    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
-    if rows.empty or pdus.empty:
-        return out
-    for (conn, d), grp in rows.groupby(["conn", "dir"], sort=False):
-        p = pdus[(pdus["conn"] == conn) & (pdus["dir"] == d)]
-        base = bases.get((conn, d))
-        if p.empty or base is None:
-            continue
-        left = pd.DataFrame({"k": _unwrap(grp[seq_col].to_numpy(np.int64), base),
-                             "i": grp.index.to_numpy()}).sort_values("k")
-        right = pd.DataFrame({"k": _unwrap(p["tcp_seq"].to_numpy(np.int64), base),
-                              "cmd": p["cmd"].to_numpy()}).sort_values("k")
-        right = right[right["cmd"].notna()]
-        if right.empty:
-            continue
-        mm = pd.merge_asof(left, right, on="k", direction="backward")
-        out.loc[mm["i"].to_numpy()] = mm["cmd"].to_numpy()
-    return out
-
-
-def _by_itt(rows: pd.DataFrame, commands: pd.DataFrame, slack_ns: int) -> pd.Series:
-    """cmd with the row's ITT issued last before the row's time (+ slack), if still near."""
-    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
-    if rows.empty or commands.empty:
-        return out
-    left = pd.DataFrame({"t": rows["ts_ns_merged"].to_numpy(np.int64),
-                         "itt": rows["itt"].astype("int64").to_numpy(),
-                         "i": rows.index.to_numpy()}).sort_values("t")
-    c = commands.dropna(subset=["itt", "issue_ts_ns"])
-    right = pd.DataFrame({"t": c["issue_ts_ns"].astype("int64").to_numpy() - slack_ns,
-                          "itt": c["itt"].astype("int64").to_numpy(),
-                          "end": _end_ts(c) + slack_ns,
-                          "cmd": c["cmd"].to_numpy()}).sort_values("t")
-    mm = pd.merge_asof(left, right, on="t", by="itt", direction="backward")
-    # an application sees a response well after the wire does (scheduling, queueing):
-    # the latest command with this ITT issued before the event owns it, within a second
-    ok = mm["cmd"].notna() & (mm["t"] <= mm["end"] + 1_000_000_000)
-    out.loc[mm.loc[ok, "i"].to_numpy()] = mm.loc[ok, "cmd"].astype("int64").to_numpy()
-    return out
-
-
-def _end_ts(c: pd.DataFrame) -> np.ndarray:
-    """Response time of each command; far future when the capture ended before it."""
-    never = np.iinfo(np.int64).max // 2
-    if "resp_ts_ns" not in c:
-        return np.full(len(c), never, dtype=np.int64)
-    resp = pd.to_numeric(c["resp_ts_ns"], errors="coerce").to_numpy(np.float64)
-    return np.where(np.isnan(resp), never, resp).astype(np.int64)
-
-
-def _by_offset(rows: pd.DataFrame, commands: pd.DataFrame, slack_ns: int) -> pd.Series:
-    """pread/pwrite of a LUN backing file: the command whose LBA * block size is the offset.
-
-    tgtd reads the backing file at LBA * block size; among commands with that byte offset,
-    the latest issued before the call owns it."""
-    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
-    c = commands.dropna(subset=["issue_ts_ns", "lba"])
-    if rows.empty or c.empty:
-        return out
-    blocks = pd.to_numeric(c.get("xfer_blocks"), errors="coerce")
-    nbytes = pd.to_numeric(c.get("xfer_bytes"), errors="coerce")
-    bs = (nbytes / blocks).where(blocks > 0).round()
-    block_size = int(bs.median()) if bs.notna().any() else 512
-    left = pd.DataFrame({"t": rows["ts_ns_merged"].to_numpy(np.int64),
-                         "off": rows["offset"].astype("int64").to_numpy(),
-                         "i": rows.index.to_numpy()}).sort_values("t")
-    right = pd.DataFrame({"t": c["issue_ts_ns"].astype("int64").to_numpy() - slack_ns,
-                          "off": pd.to_numeric(c["lba"]).astype("int64").to_numpy() * block_size,
-                          "end": _end_ts(c) + slack_ns,
-                          "cmd": c["cmd"].to_numpy()}).sort_values("t")
-    mm = pd.merge_asof(left, right, on="t", by="off", direction="backward")
-    ok = mm["cmd"].notna() & (mm["t"] <= mm["end"])
-    out.loc[mm.loc[ok, "i"].to_numpy()] = mm.loc[ok, "cmd"].astype("int64").to_numpy()
-    return out
-
-
-def _by_time(rows: pd.DataFrame, commands: pd.DataFrame, slack_ns: int) -> pd.Series:
-    """cmd outstanding at each row's time: the latest issued whose response is not yet seen."""
-    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
-    if rows.empty or commands.empty:
-        return out
-    c = commands.dropna(subset=["issue_ts_ns"])
-    left = pd.DataFrame({"t": rows["ts_ns_merged"].to_numpy(np.int64),
-                         "i": rows.index.to_numpy()}).sort_values("t")
-    right = pd.DataFrame({"t": c["issue_ts_ns"].astype("int64").to_numpy() - slack_ns,
-                          "end": _end_ts(c) + slack_ns,
-                          "cmd": c["cmd"].to_numpy()}).sort_values("t")
-    mm = pd.merge_asof(left, right, on="t", direction="backward")
-    ok = mm["cmd"].notna() & (mm["t"] <= mm["end"])
-    out.loc[mm.loc[ok, "i"].to_numpy()] = mm.loc[ok, "cmd"].astype("int64").to_numpy()
-    return out
 
 
 # ----------------------------------------------------------------------------- rows
@@ -406,6 +287,11 @@ def _normalise(df: pd.DataFrame) -> pd.DataFrame:
         if df[c].dtype != "string":
             df[c] = df[c].astype("string")
     return df
+
+
+def _times(df: pd.DataFrame, rows: pd.Series) -> np.ndarray:
+    """ts_ns_merged of the chosen rows: the initiator's clock, the one commands.csv is on."""
+    return df.loc[rows, "ts_ns_merged"].to_numpy(np.int64)
 
 
 # ----------------------------------------------------------------------------- main
@@ -478,7 +364,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
                      "are NOT moved; ts_ns_merged = ts_ns for both hosts")
     off = int(clock.offset_ns or 0)
     bound = int(clock.bound_ns or 0)
-    slack = max(2_000_000, 2 * bound)
+    slack = max(attribution.SLACK_NS, 2 * bound)
 
     parts: list[pa.Table] = []
     for h in HOSTS:
@@ -529,11 +415,6 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
                         index=pd.to_numeric(ini_pdus["pdu"], errors="coerce"))
         lut = lut[~lut.index.duplicated()]
         cmd[ini_pdu_rows] = lut.reindex(df.loc[ini_pdu_rows, "pdu"].astype("float")).values
-        # sequence bases per (conn, dir): the first PDU byte the initiator capture decoded
-        p = ini_pdus.dropna(subset=["tcp_seq"]).sort_values("ts_ns")
-        p = p.assign(cmd=pd.to_numeric(p["cmd"], errors="coerce").astype("Int64"))
-        bases = {(c, dr): int(g["tcp_seq"].iloc[0]) for (c, dr), g in p.groupby(["conn", "dir"])}
-        bases = {k: (v - (1 << 30)) % SEQ_MOD for k, v in bases.items()}  # margin for earlier
         seq_rows = ((df["source"] == "pcap") & (df["layer"] == "net") & (df["bytes"] > 0)) | \
             (df["host"] == "target") & pdu_rows | \
             ((df["source"] == "probe") & df["event"].isin(["retransmit", "tcp_probe"]))
@@ -543,20 +424,26 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
         is_probe = probe_seq["event"] == "tcp_probe"
         probe_seq.loc[is_probe, "seq"] = probe_seq.loc[is_probe, "ack"]
         probe_seq = probe_seq.dropna(subset=["seq", "dir"])
-        cmd.loc[probe_seq.index] = _by_seq(probe_seq, "seq", p, bases)
+        # the initiator's PDUs give each command's byte range: its own clock is the merged one
+        cmd.loc[probe_seq.index] = attribution.by_seq(
+            df.loc[probe_seq.index, "ts_ns_merged"].to_numpy(np.int64), probe_seq["conn"],
+            probe_seq["dir"], probe_seq["seq"], ini_pdus)
         if tgt_pdus is None:
             notes.append("target PDUs not decoded: target PDU rows have no cmd_id")
         # ITT-carrying probe events
         itt_rows = (df["source"] == "probe") & df["itt"].notna()
         itt_rows = itt_rows.fillna(False).astype(bool)
-        cmd[itt_rows] = _by_itt(df.loc[itt_rows], commands, slack)
+        cmd[itt_rows] = attribution.by_itt(_times(df, itt_rows), df.loc[itt_rows, "itt"],
+                                           commands, slack)
         # syscall / block: by time on the host's clock moved to the initiator's
         time_rows = (df["source"] == "probe") & df["layer"].isin(["syscall", "block"])
         time_rows = time_rows.fillna(False).astype(bool)
-        cmd[time_rows] = _by_time(df.loc[time_rows], commands, slack)
+        cmd[time_rows] = attribution.by_time(_times(df, time_rows), commands, slack)
         off_rows = time_rows & df["offset"].notna()
         if off_rows.any():
-            by_off = _by_offset(df.loc[off_rows], commands, slack)
+            by_off = pd.Series(attribution.by_offset(_times(df, off_rows),
+                                                     df.loc[off_rows, "offset"], commands,
+                                                     slack), index=df.index[off_rows])
             cmd[off_rows] = by_off.where(by_off.notna(), cmd[off_rows])
     else:
         notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")

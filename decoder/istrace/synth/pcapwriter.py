@@ -18,6 +18,8 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from istrace.capture.conn import conn_key
+
 # ---------------------------------------------------------------- link types
 LINKTYPE_NULL = 0  # BSD loopback, host byte order (little endian here)
 LINKTYPE_ETHERNET = 1
@@ -359,9 +361,7 @@ class Flow:
     @property
     def conn(self) -> str:
         """Connection key as docs/schema.md writes it."""
-        def fmt(ip: str) -> str:
-            return f"[{ip}]" if ":" in ip else ip
-        return f"{fmt(self.ini_ip)}:{self.ini_port}-{fmt(self.tgt_ip)}:{self.tgt_port}"
+        return conn_key(self.ini_ip, self.ini_port, self.tgt_ip, self.tgt_port)
 
     def handshake(self) -> list[Segment]:
         return [

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
+from istrace.capture.conn import conn_key
 from istrace.system import paths
 
 PDU_FILE = "pdus.csv"
@@ -147,8 +148,7 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
             tgt = False
         else:  # neither end on an iSCSI port: the SYN+ACK sender, else the lower port
             tgt = (s, sp) in servers or (sp < dp and (d, dp) not in servers)
-        a, b = f"{s}:{sp}", f"{d}:{dp}"
-        conn.append(f"{b}-{a}" if tgt else f"{a}-{b}")
+        conn.append(conn_key(d, dp, s, sp) if tgt else conn_key(s, sp, d, dp))
         direction.append("t2i" if tgt else "i2t")
     out["conn"] = np.asarray(conn, dtype=object)[codes]
     out["dir"] = np.asarray(direction, dtype=object)[codes]

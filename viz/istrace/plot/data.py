@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from istrace.capture import tcpseq
+from istrace.capture import attribution, tcpseq
 from istrace.track.tracker import label_codes
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
@@ -419,7 +419,8 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
     row; the initiator's commands give the iSCSI row (issue -> response) and the wire row
     (first -> last data PDU); the target's commands give target iSCSI (receipt -> response).
     Target times are moved onto the initiator clock with `offset_ns`. Command ids come from the
-    event's cmd_id (merged trace), else by matching the iSCSI task tag, else stay empty.
+    event's cmd_id (merged trace), else by the iSCSI task tag, the LBA or the LUN file offset
+    (the merger's rules, istrace.capture.attribution), else stay empty.
     """
     frames = []
     if commands_i is not None and not commands_i.empty:
@@ -476,7 +477,7 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
             ts = ev["ts_ns"].to_numpy(np.int64) - np.where(is_tgt, offset_ns, 0)
             cmd = ev["cmd_id"] if "cmd_id" in ev.columns else pd.Series(np.nan, ev.index)
             cmd = _cmd_by_lba(ev, pd.to_numeric(cmd, errors="coerce").astype(float),
-                              commands_i)
+                              commands_i, offset_ns)
             lat = pd.to_numeric(ev["lat_ns"], errors="coerce").to_numpy(np.float64,
                                                                         na_value=np.nan)
             byt = (pd.to_numeric(ev["bytes"], errors="coerce").to_numpy(np.float64,
@@ -584,49 +585,50 @@ def _paired_spans(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out) if out else ev.iloc[0:0]
 
 
+def _initiator_clock(ev: pd.DataFrame, offset_ns: int) -> np.ndarray:
+    """Event times on the initiator's clock (the commands' clock): target times moved."""
+    host = ev["host"] if "host" in ev.columns else pd.Series("", ev.index)
+    return ev["ts_ns"].to_numpy(np.int64) - np.where(host == "target", offset_ns, 0)
+
+
 def _tie_events(events: pd.DataFrame, commands: pd.DataFrame | None,
                 offset_ns: int) -> pd.DataFrame:
-    """Give probe events carrying an iSCSI task tag the id of the command with that tag
-    nearest in time (tags are reused, times on the initiator clock)."""
+    """Probe events with an iSCSI task tag and no cmd_id yet get one by attribution.by_itt."""
     if commands is None or commands.empty or "itt" not in events.columns or \
             "itt" not in commands.columns or events["itt"].isna().all():
         return events
     ev = events.copy()
     if "cmd_id" not in ev.columns:
         ev["cmd_id"] = np.nan
-    want = ev["itt"].notna() & ev["cmd_id"].isna()
+    want = (ev["itt"].notna() & ev["cmd_id"].isna()).to_numpy(bool)
     if not want.any():
         return ev
-    c = commands.dropna(subset=["itt", "issue_ts_ns"])
-    tag = c["itt"].map(lambda v: int(v, 16) if isinstance(v, str) else int(v))
-    cc = pd.DataFrame({"tag": tag.astype(np.int64).to_numpy(),
-                       "t": c["issue_ts_ns"].astype(np.int64).to_numpy(),
-                       "cmd": c["cmd"].astype(float).to_numpy()}).sort_values("t")
     e = ev.loc[want]
-    t = e["ts_ns"].astype(np.int64) - np.where(e["host"] == "target", offset_ns, 0)
-    q = pd.DataFrame({"tag": e["itt"].astype(np.int64).to_numpy(), "t": t.to_numpy(),
-                      "i": e.index.to_numpy()}).sort_values("t")
-    m = pd.merge_asof(q, cc, on="t", by="tag", direction="nearest")
-    ev.loc[m["i"].to_numpy(), "cmd_id"] = m["cmd"].to_numpy()
+    got = attribution.by_itt(_initiator_clock(e, offset_ns), e["itt"], commands)
+    ev.loc[want, "cmd_id"] = got.to_numpy(np.float64, na_value=np.nan)
     return ev
 
 
-def _cmd_by_lba(ev: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame | None) -> pd.Series:
-    """SCSI-layer events without a command id: the command with the same LBA and size."""
-    if commands is None or commands.empty or "lba" not in ev.columns or "lba" not in commands:
-        return cmd
-    c = commands.dropna(subset=["lba"]).drop_duplicates("lba")
-    by_lba = pd.Series(c["cmd"].to_numpy(), index=c["lba"].astype(np.int64).to_numpy())
-    want = cmd.isna() & (ev["layer"] == "scsi") & ev["lba"].notna()
+def _cmd_by_lba(ev: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame | None,
+                offset_ns: int) -> pd.Series:
+    """Events still without a command id: SCSI-layer ones by LBA and size, file reads and
+    writes of a LUN by byte offset (attribution.by_lba, by_offset)."""
     out = cmd.astype(float).copy()
-    out[want] = by_lba.reindex(ev.loc[want, "lba"].astype(np.int64).to_numpy()).to_numpy()
-    # The target's file reads of the LUN: byte offset / block size is the LBA.
+    if commands is None or commands.empty or "lba" not in commands:
+        return out
+    layer = ev["layer"] if "layer" in ev.columns else pd.Series("", ev.index)
+    t = _initiator_clock(ev, offset_ns)
+    if "lba" in ev.columns:
+        want = (out.isna() & (layer == "scsi") & ev["lba"].notna()).to_numpy(bool)
+        if want.any():
+            e = ev.loc[want]
+            got = attribution.by_lba(t[want], e["lba"], e.get("bytes"), commands)
+            out[want] = got.to_numpy(np.float64, na_value=np.nan)
     if "offset" in ev.columns:
-        f = out.isna() & (ev["layer"] == "syscall") & ev["offset"].notna() & \
-            (ev["host"] == "target")
-        if f.any():
-            lba = (ev.loc[f, "offset"].astype(np.int64) // 512).to_numpy()
-            out[f] = by_lba.reindex(lba).to_numpy()
+        want = (out.isna() & (layer == "syscall") & ev["offset"].notna()).to_numpy(bool)
+        if want.any():
+            got = attribution.by_offset(t[want], ev.loc[want, "offset"], commands)
+            out[want] = got.to_numpy(np.float64, na_value=np.nan)
     return out
 
 

@@ -1,0 +1,85 @@
+"""The command-attribution rules (istrace.capture.attribution) on hand-made commands and rows
+whose owner is known: one case per rule, and the cases where the time rule decides."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from istrace.capture import attribution as at
+
+MS = 1_000_000
+T0 = 1_700_000_000_000_000_000  # realistic epoch nanoseconds: no float round trip allowed
+
+
+def _commands() -> pd.DataFrame:
+    # cmd 0 and 2 reuse ITT 0x10 and LBA 0; cmd 1 is still outstanding at the end
+    return pd.DataFrame({
+        "cmd": [0, 1, 2], "itt": ["0x00000010", "0x00000011", "0x00000010"],
+        "issue_ts_ns": [T0, T0 + 10 * MS, T0 + 20 * MS],
+        "resp_ts_ns": pd.array([T0 + 5 * MS, None, T0 + 25 * MS], dtype="Int64"),
+        "lba": [0, 8, 0], "xfer_bytes": [4096, 4096, 8192], "xfer_blocks": [8, 8, 16]})
+
+
+def _ids(a: pd.api.extensions.ExtensionArray) -> list[int | None]:
+    return [None if pd.isna(v) else int(v) for v in a]
+
+
+def test_itt_latest_issued_before_within_life() -> None:
+    t = np.array([T0 + 1 * MS, T0 + 21 * MS, T0 + 17 * MS, T0 - 10 * MS, T0 + 12 * MS])
+    itt = [0x10, 0x10, 0x10, 0x10, 0x11]
+    # at 17 ms cmd 0 is long answered and cmd 2 not yet issued (beyond the slack): still
+    # cmd 0, within its life + the late allowance; before any issue: nobody
+    assert _ids(at.by_itt(t, itt, _commands())) == [0, 2, 0, None, 1]
+    assert _ids(at.by_itt(t[:1], [0x10], _commands(), late_ns=0)) == [0]
+    assert _ids(at.by_itt(t[2:3], [0x10], _commands(), late_ns=0)) == [None]
+
+
+def test_time_outstanding() -> None:
+    t = np.array([T0 + 1 * MS, T0 + 7 * MS + 500_000, T0 + 15 * MS, T0 + 26 * MS,
+                  T0 + 30 * MS])
+    # 7.5 ms: cmd 0 answered at 5 (+2 slack), cmd 1 issued at 10 (-2 slack): none; only the
+    # latest issued is looked at, so past cmd 2's life nobody owns it (cmd 1 never answered)
+    assert _ids(at.by_time(t, _commands())) == [0, None, 1, 2, None]
+
+
+def test_offset_is_lba_times_block_size() -> None:
+    t = np.array([T0 + 1 * MS, T0 + 11 * MS, T0 + 22 * MS, T0 + 11 * MS])
+    off = [0, 8 * 512, 0, 4096 * 3]
+    assert at.block_size(_commands()) == 512
+    assert _ids(at.by_offset(t, off, _commands())) == [0, 1, 2, None]
+
+
+def test_lba_prefers_size_then_life_then_next() -> None:
+    cmds = _commands()
+    t = np.array([T0 + 21 * MS, T0 + 21 * MS, T0 + 15 * MS, T0 - 50 * MS])
+    got = at.by_lba(t, [0, 0, 0, 8], [8192, 4096, None, 4096], cmds)
+    # size 4096 at LBA 0 is cmd 0, but it is long over at 21 ms: by LBA alone, cmd 2;
+    # at 15 ms no LBA-0 command lives: the next one; a dispatch long before its issue: next
+    assert _ids(got) == [2, 2, 2, 1]
+
+
+def test_seq_carries_the_pdu_command_across_wraps() -> None:
+    # one direction, PDUs of 1 GiB every 10 ms from just below 2^32: the stream wraps twice
+    n = 10
+    start = (1 << 32) - 100
+    off = np.arange(n, dtype=np.int64) << 30
+    pdus = pd.DataFrame({"conn": "c", "dir": "t2i", "tcp_seq": (start + off) % (1 << 32),
+                         "ts_ns": T0 + np.arange(n) * 10 * MS,
+                         "cmd": pd.array([0, 1, None, 3, 4, 5, 6, 7, 8, 9], dtype="Int64")})
+    # a segment 5 bytes into each PDU, seen 1 ms after it; one in the command-less PDU 2;
+    # one on another connection
+    t = np.append(T0 + np.arange(n) * 10 * MS + MS, T0)
+    seq = np.append((start + off + 5) % (1 << 32), start)
+    conn = ["c"] * n + ["other"]
+    got = at.by_seq(t, conn, ["t2i"] * (n + 1), seq, pdus)
+    assert _ids(got) == [0, 1, 1, 3, 4, 5, 6, 7, 8, 9, None]
+    # a retransmission of PDU 1's bytes long after: still PDU 1's command
+    late = at.by_seq(np.array([T0 + 95 * MS]), ["c"], ["t2i"],
+                     [(start + off[8] + 5) % (1 << 32)], pdus)
+    assert _ids(late) == [8]
+
+
+def test_tags_text_or_numbers() -> None:
+    s = at.tag_numbers(pd.Series(["0x0000001f", None, "12", "junk"]))
+    assert [None if pd.isna(v) else int(v) for v in s] == [31, None, 12, None]
+    assert list(at.tag_numbers(pd.Series([1, 2]))) == [1, 2]
