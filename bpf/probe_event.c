@@ -236,6 +236,8 @@ int handle_event(void *ctx, void *data, size_t len)
 		put_i(C_FD, e->status);
 	else if (e->type == EV_SYS_EXIT)
 		put_i(C_RET, e->status);
+	if (e->type == EV_SYS_EXIT && e->again)
+		put_u(C_AGAIN, e->again);
 	else if (f & F_STATUS)
 		put_i(C_STATUS, e->status);
 	put_s(C_SOURCE, "probe");

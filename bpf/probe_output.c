@@ -22,7 +22,7 @@ static const char *const col_name[C_N] = {
 	"ts_ns", "host", "layer", "event", "pid", "comm", "conn", "cookie", "lba", "bytes", "itt",
 	"opcode", "seq", "ack", "cwnd", "ssthresh", "srtt_us", "ca_state", "inflight", "rwnd",
 	"snd_wnd", "lat_ns", "dev", "reason", "tid", "netns", "fd", "ret", "offset", "status",
-	"lost", "events", "source",
+	"again", "lost", "events", "source",
 };
 
 static const bool col_text[C_N] = {

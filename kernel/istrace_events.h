@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /*
  * istrace event ABI: the one record every BPF program in kernel/ emits and the
- * loader (bpf/istrace-probe.c) turns into a JSON line of docs/schema.md section 1.
+ * loader (bpf/istrace-probe) turns into a JSON line of docs/schema.md section 1.
  *
  * Shared by BPF (included after vmlinux.h) and user space (after <linux/types.h>),
- * so it uses only __u8..__u64.  Keep in sync with docs/schema.md and the field
- * table in bpf/istrace-probe.c (which fields each event type carries).
+ * so it uses only __u8..__u64.  Keep in sync with docs/schema.md and the event table
+ * in bpf/probe_event.c (each type's layer and name, and how its fields are printed).
  */
 #ifndef ISTRACE_EVENTS_H
 #define ISTRACE_EVENTS_H
@@ -90,6 +90,7 @@ struct istrace_event {
 	__u32 dev;          /* block: dev_t (major << 20 | minor); net: ifindex */
 	__u32 reason;       /* drop reason / old TCP state / syscall nr / qlen */
 	__s32 status;       /* SCSI status / result / syscall return (clamped) */
+	__u32 again;        /* syscall exit: EAGAIN retries folded into this call */
 	__u16 sport, dport; /* host byte order, local / remote of the socket */
 	__u16 family;       /* AF_INET / AF_INET6 */
 	__u8 ca_state;      /* TCP_CA_Open .. TCP_CA_Loss, or new TCP state */

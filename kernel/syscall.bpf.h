@@ -25,7 +25,12 @@ struct sys_start_val {
 	__u32 nr;
 	__s32 fd;
 	__u32 has_off;
-	__u32 open; /* task storage: 1 between an emitted enter and its exit */
+	__u32 has_count;
+	__u32 open;   /* 1 between an entry and its exit */
+	__u32 retry;  /* the last call of this task (same nr and fd) failed with EAGAIN */
+	__u32 quiet;  /* this call is a retry: its events wait for its exit */
+	__u32 again;  /* retries folded so far (each failed with EAGAIN) */
+	__u64 exit_ts; /* exit of the last folded retry */
 };
 
 struct {
@@ -49,10 +54,56 @@ struct {
 #define SYS_ARG2_COUNT 2  /* io_uring_enter(fd, to_submit), io_submit(ctx, nr) */
 #define SYS_ARG4_OFFSET 4 /* pread64/pwrite64/preadv/pwritev: file offset */
 
+#define SYS_EAGAIN 11
+
+static __always_inline void emit_sys_enter(const struct sys_start_val *v)
+{
+	struct istrace_event *e = ev_new(EV_SYS_ENTER);
+
+	if (!e)
+		return;
+	e->ts_ns = v->ts; /* a folded retry is shown at its exit, stamped with its entry */
+	e->reason = v->nr;
+	e->status = v->fd;
+	e->flags |= F_REASON | F_STATUS;
+	if (v->has_count) {
+		e->bytes = v->count;
+		e->flags |= F_BYTES;
+	}
+	if (v->has_off) {
+		e->lba = v->off; /* printed as "offset" (bytes) for syscalls */
+		e->flags |= F_LBA;
+	}
+	ev_submit(e);
+}
+
+/*
+ * A non-blocking writer whose socket is full may retry write() in a loop, each call
+ * failing with EAGAIN (tgtd does, behind a small receive window): hundreds of thousands of
+ * calls a second, which would flood the ring and the stream.  The first failure is shown;
+ * the retries of the same call on the same fd that follow are folded.  The run ends with
+ * the first call that does not fail so, or with the task's next traced call of another
+ * kind; either way the call that ends it (or the run's last retry) is shown, its "again"
+ * the number of EAGAIN calls folded just before it.  So every call is a line or counted in
+ * one (a run still going when tracing stops is not counted).
+ */
+static __always_inline void emit_sys_exit(const struct sys_start_val *v, long ret, __u32 again,
+					  __u64 ts);
+
+/* The task's next call is of another kind: show the run's last retry, counting the rest. */
+static __always_inline void flush_retries(struct sys_start_val *slot)
+{
+	if (!slot->retry || !slot->again)
+		return;
+	emit_sys_enter(slot);
+	emit_sys_exit(slot, -SYS_EAGAIN, slot->again - 1, slot->exit_ts);
+	slot->again = 0;
+	slot->retry = 0;
+}
+
 static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 {
 	struct sys_start_val v = {}, *slot;
-	struct istrace_event *e;
 	__u32 nr = id, tid;
 	__u8 *want, w;
 
@@ -70,44 +121,45 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 		v.count = btf ? PT_REGS_PARM3_SYSCALL(regs) : PT_REGS_PARM3_CORE_SYSCALL(regs);
 	else if (w & SYS_ARG2_COUNT)
 		v.count = btf ? PT_REGS_PARM2_SYSCALL(regs) : PT_REGS_PARM2_CORE_SYSCALL(regs);
+	v.has_count = !!(w & (SYS_ARG3_SIZE | SYS_ARG2_COUNT));
 	if (w & SYS_ARG4_OFFSET) {
 		v.off = btf ? PT_REGS_PARM4_SYSCALL(regs) : PT_REGS_PARM4_CORE_SYSCALL(regs);
 		v.has_off = 1;
 	}
-	e = ev_new(EV_SYS_ENTER);
-	if (!e)
-		return 0;
-	v.ts = e->ts_ns;
-	v.open = 1; /* open: sys_exit of this task emits */
-	if (btf) {
+	v.ts = bpf_ktime_get_ns();
+	v.open = 1;
+	if (btf)
 		slot = bpf_task_storage_get(&sys_start_task, bpf_get_current_task_btf(), NULL,
 					    BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (slot)
-			*slot = v;
-	} else {
+	else
+		slot = bpf_map_lookup_elem(&sys_start, &tid);
+	if (slot && slot->retry && slot->nr == v.nr && slot->fd == v.fd) {
+		v.retry = 1;
+		v.quiet = 1;
+		v.again = slot->again;
+	} else if (slot) {
+		flush_retries(slot);
+	}
+	if (!v.quiet) {
+		/* the usual case: shown now, so a call that blocks is seen while it blocks */
+		emit_sys_enter(&v);
+	}
+	if (slot)
+		*slot = v;
+	else if (!btf)
 		bpf_map_update_elem(&sys_start, &tid, &v, BPF_ANY);
-	}
-	e->reason = nr;
-	e->status = v.fd;
-	e->flags |= F_REASON | F_STATUS;
-	if (w & (SYS_ARG3_SIZE | SYS_ARG2_COUNT)) {
-		e->bytes = v.count;
-		e->flags |= F_BYTES;
-	}
-	if (v.has_off) {
-		e->lba = v.off; /* printed as "offset" (bytes) for syscalls */
-		e->flags |= F_LBA;
-	}
-	ev_submit(e);
 	return 0;
 }
 
-static __always_inline int emit_sys_exit(const struct sys_start_val *v, long ret)
+static __always_inline void emit_sys_exit(const struct sys_start_val *v, long ret, __u32 again,
+					  __u64 ts)
 {
 	struct istrace_event *e = ev_new(EV_SYS_EXIT);
 
 	if (!e)
-		return 0;
+		return;
+	if (ts)
+		e->ts_ns = ts;
 	e->reason = v->nr;
 	e->lat_ns = e->ts_ns - v->ts;
 	if (v->has_off) {
@@ -116,9 +168,30 @@ static __always_inline int emit_sys_exit(const struct sys_start_val *v, long ret
 	}
 	e->bytes = ret > 0 ? ret : 0;
 	e->status = ret < -0x7fffffffL ? -0x7fffffff : (ret > 0x7fffffffL ? 0x7fffffff : ret);
+	e->again = again;
 	e->flags |= F_REASON | F_BYTES | F_STATUS | F_LAT;
 	ev_submit(e);
-	return 0;
+}
+
+/* The exit of a traced call: shown, or folded (see on_sys_enter). Returns whether the
+ * task's state must be kept for a retry to come. */
+static __always_inline bool sys_exit_state(struct sys_start_val *v, long ret)
+{
+	bool again = ret == -SYS_EAGAIN;
+
+	v->open = 0;
+	if (v->quiet && again) {
+		v->again++;
+		v->exit_ts = bpf_ktime_get_ns();
+		return true;
+	}
+	if (v->quiet)
+		emit_sys_enter(v);
+	emit_sys_exit(v, ret, v->again, 0);
+	v->quiet = 0;
+	v->again = 0;
+	v->retry = again;
+	return again;
 }
 
 /* every syscall of the host exits here: a task never traced has no storage at all */
@@ -129,8 +202,8 @@ static __always_inline int on_sys_exit_btf(long ret)
 	v = bpf_task_storage_get(&sys_start_task, bpf_get_current_task_btf(), NULL, 0);
 	if (!v || !v->open)
 		return 0;
-	v->open = 0;
-	return emit_sys_exit(v, ret);
+	sys_exit_state(v, ret);
+	return 0;
 }
 
 static __always_inline int on_sys_exit_raw(long ret)
@@ -139,10 +212,10 @@ static __always_inline int on_sys_exit_raw(long ret)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
 	v = bpf_map_lookup_elem(&sys_start, &tid);
-	if (!v)
+	if (!v || !v->open)
 		return 0;
-	emit_sys_exit(v, ret);
-	bpf_map_delete_elem(&sys_start, &tid);
+	if (!sys_exit_state(v, ret))
+		bpf_map_delete_elem(&sys_start, &tid);
 	return 0;
 }
 

@@ -270,3 +270,70 @@ def test_tgt_io_done_probe_skips_a_single_stepped_entry(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "target_cmd_io_done+" not in r.stderr
     assert "hook tgt_io_done          (scsi) attached with uprobe" in r.stderr
+
+
+# A writer whose socket is full, retrying write() as a busy non-blocking server does (tgtd
+# behind a small receive window): fill, wait for "go", retry RETRIES times, drain, write once.
+_SPINNER = """
+import os, socket, sys, time
+a, b = socket.socketpair()
+a.setblocking(False)
+while True:
+    try:
+        os.write(a.fileno(), b"x" * 4096)
+    except BlockingIOError:
+        break
+print("full", flush=True)
+sys.stdin.readline()
+n = 0
+for _ in range({retries}):
+    try:
+        os.write(a.fileno(), b"y")
+    except BlockingIOError:
+        n += 1
+b.setblocking(False)
+while True:
+    try:
+        b.recv(65536)
+    except BlockingIOError:
+        break
+os.write(a.fileno(), b"z")
+print(n, flush=True)
+"""
+
+
+@pytest.mark.parametrize("variant", ["tp_btf", "raw_tp"])
+def test_eagain_retries_are_folded_into_one_line(tmp_path: Path, variant: str) -> None:
+    """Thousands of write() calls failing with EAGAIN on one fd give the first failure, then
+    the run's last retry (the task's next call is a recv) with `again` = the retries folded
+    before it: every call is a line or counted in one, and the stream stays a few lines."""
+    retries = 5000
+    skip = ["--skip-variant", "raw_tp" if variant == "tp_btf" else "tp_btf"]
+    w = subprocess.Popen(["python3", "-c", _SPINNER.format(retries=retries)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert w.stdout is not None and w.stdin is not None
+        assert w.stdout.readline().strip() == "full"
+        out = tmp_path / "ev.jsonl"
+        with Probe(out, ["--layers", "syscall", "--pid", str(w.pid), "--port", "0", *skip]):
+            w.stdin.write("go\n")
+            w.stdin.flush()
+            failed = int(w.stdout.readline())
+            assert w.wait(timeout=30) == 0
+            time.sleep(0.3)
+    finally:
+        w.kill()
+    assert failed == retries  # every retry failed with EAGAIN: a full run to fold
+    ev, _, lost = load_events(out)
+    assert lost == 0
+    writes = ev[ev["event"].isin(["write_enter", "write_exit"])].copy()
+    writes["fd"] = writes["fd"].ffill()  # an exit is its enter's: the fd is on the enter line
+    writes = writes[writes["fd"] != 1]  # not the prints on stdout
+    exits = writes[writes["event"] == "write_exit"]
+    failed_lines = exits[exits["ret"] == -11]
+    assert len(failed_lines) == 2, exits[["ret", "again"]]
+    assert int(failed_lines["again"].fillna(0).sum()) + len(failed_lines) == retries
+    assert int(failed_lines["again"].iloc[-1]) == retries - 2
+    assert (exits["ret"] == 1).sum() == 1  # the write after the drain went through
+    assert (writes["event"] == "write_enter").sum() == len(exits) <= 4
+    assert writes["ts_ns"].is_monotonic_increasing

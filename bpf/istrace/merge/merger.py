@@ -52,17 +52,18 @@ EVENT_COLUMNS = [
     "snd_wnd", "lat_ns", "dev", "reason",
 ]
 MERGED_EXTRA = ["source", "ts_ns_merged", "cmd_id", "dir", "pdu", "cdb_name", "xfer_bytes"]
-TAIL_EXTRA = ["flags", "tid", "status", "fd", "ret", "offset", "netns"]
+TAIL_EXTRA = ["flags", "tid", "status", "fd", "ret", "again", "offset", "netns"]
 MERGED_COLUMNS = EVENT_COLUMNS + MERGED_EXTRA + TAIL_EXTRA
 
 _INT_COLS = ["ts_ns", "pid", "cookie", "lba", "bytes", "itt", "opcode", "seq", "ack", "cwnd",
              "ssthresh", "srtt_us", "inflight", "rwnd", "snd_wnd", "lat_ns", "ts_ns_merged",
-             "cmd_id", "pdu", "xfer_bytes", "tid", "status", "fd", "ret", "offset", "netns"]
+             "cmd_id", "pdu", "xfer_bytes", "tid", "status", "fd", "ret", "again", "offset",
+             "netns"]
 _STR_COLS = ["host", "layer", "event", "comm", "conn", "ca_state", "dev", "reason", "source",
              "dir", "cdb_name", "flags"]
 
-_EVENT_FIELDS = EVENT_COLUMNS + ["tid", "netns", "fd", "ret", "offset", "status", "source",
-                                 "lost"]
+_EVENT_FIELDS = EVENT_COLUMNS + ["tid", "netns", "fd", "ret", "again", "offset", "status",
+                                 "source", "lost"]
 _EVENT_SCHEMA = pa.schema([
     pa.field(c, pa.string() if c in _STR_COLS else pa.uint64() if c == "cookie" else pa.int64())
     for c in _EVENT_FIELDS
