@@ -26,6 +26,11 @@ def test_report_on_qd1(tmp_path):
     assert v["primary"]["cause"] == "initiator_concurrency" and v["primary"]["share"] > 0.5
     assert abs(sum(v["shares"].values()) - 1) < 1e-3
     assert v["evidence"]["outstanding_max"] == 1
+    # One connection: its own accounting is the whole.
+    [c] = v["connections"]
+    assert c["primary"] == "initiator_concurrency" and c["direction"] == "t2i"
+    assert c["shares"] == pytest.approx(v["shares"], abs=1e-3)
+    assert 32 * 32768 <= c["bytes"] < 1.01 * 32 * 32768  # data plus PDU headers
     little = [h for h in v["help"] if h["model"].startswith("Little")]
     assert little and little[0]["predicted_MBps"] > little[0]["now_MBps"]
     st = diag["states"]

@@ -51,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="seconds per measured point (default: 2 quick, 3 full)")
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw figure and table from an existing CSV, measure nothing")
+    ap.add_argument("--only", default=None, metavar="NAME,...",
+                    help="scenarios: run only these scenarios")
+    ap.add_argument("--table", type=Path, default=None, metavar="FILE",
+                    help="scenarios: also write the markdown table here "
+                         "(e.g. docs/verdict-scenarios.md)")
     ap.add_argument("--cc", default="reno",
                     help="TCP congestion control in the testbed namespaces (default reno, the "
                     "studies' loss-based TCP; must be in tcp_allowed_congestion_control)")
@@ -105,6 +110,9 @@ def _run(a: argparse.Namespace) -> int:
         try:
             if a.plot_only:
                 rc |= finish(out)
+            elif name == "scenarios":
+                only = [x.strip() for x in a.only.split(",") if x.strip()] if a.only else None
+                rc |= repro_scenarios.run(out, a.quick, a.time, only=only, table_path=a.table)
             else:
                 rc |= run(out, a.quick, a.time)
         except FileNotFoundError as exc:

@@ -62,6 +62,14 @@ def parse_bytes(text: str) -> int:
     return value
 
 
+def parse_key_value(text: str) -> tuple[str, str]:
+    """'InitialR2T=No' -> ('InitialR2T', 'No')."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value.strip() or not key.strip().isalnum():
+        raise argparse.ArgumentTypeError(f"bad {text!r} (KEY=VALUE, e.g. InitialR2T=No)")
+    return key.strip(), value.strip()
+
+
 def add_path_args(p: argparse.ArgumentParser) -> None:
     """The path and target options `testbed up` and `capture` share."""
     p.add_argument("--name", default="ist", help="testbed name, 1-6 chars (default ist)")
@@ -93,6 +101,16 @@ def add_path_args(p: argparse.ArgumentParser) -> None:
                         "host's)")
     p.add_argument("--tgt-cpu", type=float, default=0.0,
                    help="cap tgtd at this %% of one CPU (cgroup cpu.max / cfs quota)")
+    p.add_argument("--tgt-param", type=parse_key_value, action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help="an iSCSI key tgtd offers (repeatable), e.g. InitialR2T=No, "
+                        "FirstBurstLength=262144, MaxRecvDataSegmentLength=262144")
+    p.add_argument("--tgt-cwnd", type=int, default=0, metavar="SEGMENTS",
+                   help="clamp the target's congestion window (route `cwnd lock`, taken "
+                        "through the TCP metrics cache): a congestion-window-limited sender")
+    p.add_argument("--ini-cpu", type=float, default=0.0,
+                   help="cap the capture's workload (istrace-gen and its children) at this %% "
+                        "of one CPU (cgroup cpu.max / cfs quota)")
 
 
 def _status(name: str | None) -> int:

@@ -17,6 +17,7 @@ own).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,18 @@ class Scenario:
     secondary: str | None        # a second cause fixed in advance, if any
     why: str
     cc: str = "reno"
+    # "What would help", checked: the change the verdict should advise for the primary cause,
+    # run as a second capture. `{want}` in the workload is the advice's target number ("from
+    # 2 to 8": 8), `{bytes}` in the testbed flags its byte count.
+    help_testbed: tuple[str, ...] | None = None
+    help_workload: str | None = None
 
+
+# tgtd offers InitialR2T=Yes, FirstBurstLength 64 KiB and an 8 KiB MaxRecvDataSegmentLength
+# by default: a WRITE beyond 8 KiB always waits for an R2T. These let one go unsolicited.
+_UNSOLICITED = ("--tgt-param", "InitialR2T=No", "--tgt-param", "FirstBurstLength=1048576",
+                "--tgt-param", "MaxBurstLength=1048576",
+                "--tgt-param", "MaxRecvDataSegmentLength=1048576")
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("qd1-small", ("--delay", "10ms"), "gen --size 64k --time 3",
@@ -48,10 +60,15 @@ SCENARIOS: tuple[Scenario, ...] = (
              "the demo: one 4 MiB READ at a time at 16 ms one way (the study's setting)"),
     Scenario("qd2-20ms", ("--delay", "20ms"), "gen --size 256k --queue-depth 2 --time 3",
              "initiator_concurrency", None,
-             "two 256 KiB READs outstanding over 40 ms: a flat ceiling at 2"),
+             "two 256 KiB READs outstanding over 40 ms: a flat ceiling at 2",
+             help_testbed=("--delay", "20ms"),
+             help_workload="gen --size 256k --queue-depth {want} --time 6"),
+    # No --rate here: through the rate-limited path a full send buffer makes tgtd retry
+    # write() on EAGAIN in a busy loop (millions of syscall events in seconds).
     Scenario("rwnd", ("--delay", "10ms", "--ini-rmem", "64k"),
              "gen --size 1M --queue-depth 8 --time 3", "tcp_rwnd", None,
-             "the initiator's receive buffer capped at 64 KiB: one small window per 20 ms"),
+             "the initiator's receive buffer capped at 64 KiB: one small window per 20 ms",
+             help_testbed=("--delay", "10ms", "--ini-rmem", "{bytes}")),
     Scenario("sndbuf", ("--delay", "10ms", "--tgt-wmem", "64k"),
              "gen --size 1M --queue-depth 8 --time 3", "tcp_sndbuf", None,
              "the target's send buffer capped at 64 KiB"),
@@ -67,7 +84,19 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("r2t", ("--delay", "5ms",),
              "gen --write --size 1M --queue-depth 4 --initial-r2t yes --immediate-data no "
              "--max-burst 65536 --first-burst 65536 --max-r2t 1 --time 3", "iscsi_r2t", None,
-             "1 MiB WRITEs in 64 KiB bursts, each waiting for its R2T, one R2T at a time"),
+             "1 MiB WRITEs in 64 KiB bursts, each waiting for its R2T, one R2T at a time",
+             help_testbed=("--delay", "5ms", *_UNSOLICITED),
+             help_workload="gen --write --size 1M --queue-depth 4 --initial-r2t no "
+                           "--immediate-data yes --max-burst 1048576 --first-burst 1048576 "
+                           "--mrdsl 1048576 --time 3"),
+    Scenario("cwnd", ("--delay", "10ms", "--tgt-cwnd", "40"),
+             "gen --size 256k --queue-depth 8 --time 4", "tcp_cwnd", None,
+             "the target's congestion window clamped at 40 segments (route cwnd lock): "
+             "58 KB per 20 ms round trip, far below the receive window"),
+    Scenario("initiator-cpu", ("--delay", "2ms", "--ini-cpu", "4", *_UNSOLICITED),
+             "gen --write --size 256k --queue-depth 8 --time 4", "host_cpu_initiator", None,
+             "the workload capped at 4% of one CPU, writing 256 KiB commands as unsolicited "
+             "data (no R2T): it issues and sends only while its cgroup has CPU"),
     Scenario("target-cpu", ("--tgt-cpu", "5"), "gen --size 256k --queue-depth 4 --time 3",
              "host_cpu_target", None, "tgtd capped at 5% of one CPU"),
     Scenario("loss-qd1", ("--delay", "10ms", "--loss", "0.5%"), "gen --size 32k --time 4",
@@ -87,7 +116,9 @@ COARSE = {"tcp_sndbuf": {"tcp_window", "tcp_sndbuf_or_app", "tcp_sndbuf_or_pacin
           "tcp_cwnd": {"tcp_window"},
           # Without CPU samples a slow target is the target's service time: the right layer,
           # not why.
-          "host_cpu_target": {"target_service"}}
+          "host_cpu_target": {"target_service"},
+          # Nor is a workload held at its CPU cap told from one that issues too few commands.
+          "host_cpu_initiator": {"initiator_concurrency"}}
 STRIP = ("events-", "hoststats-", "decoded", "verdict.json", "report.html", "track", "plots",
          "merged", "clock.json", "trace.json")
 
@@ -113,13 +144,73 @@ def _verdict(d: Path) -> dict[str, Any]:
     return json.loads((d / layout.VERDICT).read_text())
 
 
-def run_one(sc: Scenario, out: Path, name: str = "sc") -> dict[str, Any]:
-    """Capture and judge one scenario; a row of scenarios.csv."""
-    d = out / sc.name
+def _capture(sc: Scenario, testbed: tuple[str, ...], workload: str, d: Path,
+             name: str) -> subprocess.CompletedProcess[str]:
     shutil.rmtree(d, ignore_errors=True)
+    return _istrace("capture", "--name", name, "--cc", sc.cc, *testbed, "--workload",
+                    workload, "--out", str(d), "--timeout", "120")
+
+
+def gen_MBps(d: Path) -> float | None:
+    """The workload's own throughput: istrace-gen's summary line in workload.stderr."""
+    try:
+        text = (d / "workload.stderr").read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.findall(r"^summary \(iscsi\): .* = ([0-9.]+) MB/s", text, re.M)
+    return float(m[-1]) if m else None
+
+
+def _fill(template: str, change: str) -> str | None:
+    """The scenario's change with the advice's numbers: `{want}` the advice's target ("from 2
+    to 8": 8), `{bytes}` its byte count; None when the advice carries no such number."""
+    if "{want}" in template:
+        m = re.search(r"\bto (\d+)\b", change)
+        if not m:
+            return None
+        template = template.replace("{want}", m.group(1))
+    if "{bytes}" in template:
+        m = re.search(r"(\d+) bytes", change)
+        if not m:
+            return None
+        template = template.replace("{bytes}", m.group(1))
+    return template
+
+
+def check_help(sc: Scenario, v: dict[str, Any], out: Path, name: str) -> dict[str, Any]:
+    """Run the change the verdict advises for the scenario's cause and measure the gain
+    against the prediction (columns help_* of scenarios.csv)."""
+    if sc.help_testbed is None and sc.help_workload is None:
+        return {}
+    advice = [h for h in v.get("help") or [] if h.get("cause") == sc.primary]
+    row: dict[str, Any] = {"help_advice": advice[0]["change"] if advice else "",
+                           "help_model": (advice[0].get("model") or "") if advice else "",
+                           "help_predicted_MBps": advice[0].get("predicted_MBps")
+                           if advice else None}
+    change = row["help_advice"]
+    tb = [_fill(a, change) for a in (sc.help_testbed or sc.testbed)]
+    wl = _fill(sc.help_workload or sc.workload, change)
+    if wl is None or any(a is None for a in tb):
+        row["help_status"] = "no number in the advice to apply"
+        return row
+    testbed = tuple(a for a in tb if a is not None)
+    row["help_run"] = " ".join((*testbed, "--workload", repr(wl)))
+    d = out / f"{sc.name}-helped"
+    r = _capture(sc, testbed, wl, d, name)
+    if r.returncode != 0:
+        row.update(help_status="capture failed", help_error=r.stderr.strip()[-300:])
+        return row
+    row["help_status"] = "ok"
+    row["help_measured_MBps"] = gen_MBps(d)
+    return row
+
+
+def run_one(sc: Scenario, out: Path, name: str = "sc", helped: bool = True) -> dict[str, Any]:
+    """Capture and judge one scenario (and, with `helped`, run the advised change); a row of
+    scenarios.csv."""
+    d = out / sc.name
     t0 = time.monotonic()
-    r = _istrace("capture", "--name", name, "--cc", sc.cc, *sc.testbed, "--workload",
-                 sc.workload, "--out", str(d), "--timeout", "120")
+    r = _capture(sc, sc.testbed, sc.workload, d, name)
     row: dict[str, Any] = {"name": sc.name, "expected_primary": sc.primary,
                            "expected_secondary": sc.secondary or "", "why": sc.why}
     if r.returncode != 0:
@@ -132,7 +223,7 @@ def run_one(sc: Scenario, out: Path, name: str = "sc") -> dict[str, Any]:
     ev = v.get("evidence") or {}
     row.update(
         status="ok", seconds=round(time.monotonic() - t0, 1),
-        throughput_MBps=ev.get("throughput_MBps"),
+        throughput_MBps=ev.get("throughput_MBps"), gen_MBps=gen_MBps(d),
         given_primary=v["primary"]["cause"], given_share=v["primary"]["share"],
         given_secondary=" ".join(s["cause"] for s in v.get("secondary") or []),
         unsure=bool(v.get("unsure")),
@@ -143,23 +234,48 @@ def run_one(sc: Scenario, out: Path, name: str = "sc") -> dict[str, Any]:
     row["secondary_right"] = (not sc.secondary) or sc.secondary in row["given_secondary"].split()
     row["noprobes_right"] = row["noprobes_primary"] == sc.primary
     row["noprobes_coarse"] = row["noprobes_primary"] in COARSE.get(sc.primary, set())
+    if helped:
+        row.update(check_help(sc, v, out, name))
+        now, pred, got = row["gen_MBps"], row.get("help_predicted_MBps"), \
+            row.get("help_measured_MBps")
+        if now and got:
+            row["help_measured_gain"] = round(got / now, 2)
+        if now and pred:
+            row["help_predicted_gain"] = round(pred / now, 2)
+    row["seconds"] = round(time.monotonic() - t0, 1)
     return row
 
 
-def run_suite(out: Path, only: list[str] | None = None) -> list[dict[str, Any]]:
+def run_suite(out: Path, only: list[str] | None = None,
+              helped: bool = True) -> list[dict[str, Any]]:
+    """Every scenario (or those named in `only`), in order; scenarios.csv in `out`. With
+    `helped`, the scenarios that name a change also run it (a second capture each)."""
     out.mkdir(parents=True, exist_ok=True)
+    known = {s.name for s in SCENARIOS}
+    unknown = sorted(set(only or []) - known)
+    if unknown:
+        raise ValueError(f"no scenario {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     todo = [s for s in SCENARIOS if not only or s.name in only]
     rows = []
+    t_all = time.monotonic()
     for i, sc in enumerate(todo, 1):
         print(f"scenarios: [{i}/{len(todo)}] {sc.name}: {sc.why}", file=sys.stderr, flush=True)
-        row = run_one(sc, out)
+        row = run_one(sc, out, helped=helped)
         rows.append(row)
         mark = "ok" if row.get("right") else "WRONG"
         print(f"scenarios:   expected {sc.primary}, given {row.get('given_primary')} "
-              f"({mark}); without probes {row.get('noprobes_primary')}"
+              f"({mark}); without probes {row.get('noprobes_primary')}; "
+              f"{row.get('gen_MBps')} MB/s; {row.get('seconds')} s"
               + (f"  [{row.get('status')}]" if row.get("status") != "ok" else ""),
               file=sys.stderr, flush=True)
-    (out / "scenarios.csv").write_text(_csv(rows))
+        if row.get("help_status"):
+            print(f"scenarios:   advice: {row.get('help_advice')}: predicted "
+                  f"{row.get('help_predicted_MBps')} MB/s, measured "
+                  f"{row.get('help_measured_MBps')} MB/s ({row.get('help_status')})",
+                  file=sys.stderr, flush=True)
+        (out / "scenarios.csv").write_text(_csv(rows))
+    print(f"scenarios: {len(todo)} in {time.monotonic() - t_all:.0f} s", file=sys.stderr,
+          flush=True)
     return rows
 
 
@@ -194,15 +310,44 @@ def table(rows: list[dict[str, Any]]) -> str:
     bare = sum(bool(r.get("noprobes_right")) for r in rows)
     lines += ["", f"Primary right with probes: {right}/{n} ({right / max(n, 1) * 100:.0f}%); "
               f"without probes: {bare}/{n} ({bare / max(n, 1) * 100:.0f}%)."]
+    helped = [r for r in rows if r.get("help_status")]
+    if helped:
+        lines += ["", "What would help, run and measured (MB/s as istrace-gen reports):", "",
+                  "| scenario | advice | model | now | predicted | measured |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for r in helped:
+            def mb(x: Any) -> str:
+                return f"{float(x):.1f}" if isinstance(x, int | float) and x == x else "-"
+            lines.append(f"| {r['name']} | {r.get('help_advice')} | {r.get('help_model')} | "
+                         f"{mb(r.get('gen_MBps'))} | {mb(r.get('help_predicted_MBps'))} | "
+                         f"{mb(r.get('help_measured_MBps'))} |")
     return "\n".join(lines)
 
 
-def run(out: Path, quick: bool, time_s: float | None) -> int:
-    """`istrace reproduce scenarios`: every scenario (quick: the same; each is a few seconds),
-    scenarios.csv and verdict-scenarios.md in `out`."""
-    del quick, time_s  # each scenario's length is part of its definition
-    rows = run_suite(out)
+BEGIN, END = "<!-- scenarios table: begin -->", "<!-- scenarios table: end -->"
+
+
+def write_table(path: Path, text: str) -> None:
+    """The table into `path`: between the BEGIN/END markers of an existing file (its prose
+    stays), else as the whole file."""
+    old = path.read_text() if path.is_file() else ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        path.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+    else:
+        path.write_text(f"{BEGIN}\n{text}\n{END}\n")
+
+
+def run(out: Path, quick: bool, time_s: float | None, only: list[str] | None = None,
+        table_path: Path | None = None) -> int:
+    """`istrace reproduce scenarios`: every scenario (or `only` those), scenarios.csv and
+    verdict-scenarios.md in `out` (and at `table_path`); --quick skips the "what would
+    help" runs. Each scenario's length is part of its definition (time_s is not used)."""
+    del time_s
+    rows = run_suite(out, only, helped=not quick)
     (out / "verdict-scenarios.md").write_text(table(rows) + "\n")
+    if table_path is not None:
+        write_table(table_path, table(rows))
     print(table(rows))
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
 

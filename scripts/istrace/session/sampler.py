@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from istrace.capture import layout
+from istrace.capture.conn import conn_key, parse_endpoint
 
 USER_HZ = os.sysconf("SC_CLK_TCK")
 
@@ -68,12 +69,15 @@ def parse_ss(text: str, port: int) -> list[dict[str, Any]]:
                 cur = None
                 continue
             local, peer = parts[-2], parts[-1]
-            # The connection key puts the initiator first (docs/schema.md): the end that is
-            # not on the iSCSI port.
-            tgt_local = local.rsplit(":", 1)[-1] == str(port)
+            try:
+                lo, pe = parse_endpoint(local), parse_endpoint(peer)
+            except ValueError:
+                cur = None
+                continue
+            # The connection key puts the initiator first: the end not on the iSCSI port.
+            ini, tgt = (pe, lo) if lo[1] == port else (lo, pe)
             cur = {"local": local, "peer": peer, "recv_q": int(parts[-4]),
-                   "send_q": int(parts[-3]),
-                   "conn": f"{peer}-{local}" if tgt_local else f"{local}-{peer}"}
+                   "send_q": int(parts[-3]), "conn": conn_key(*ini, *tgt)}
             out.append(cur)
         elif cur is not None:
             for key, (rx, mul) in _RX.items():

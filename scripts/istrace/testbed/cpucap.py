@@ -39,12 +39,12 @@ def _v1_root() -> Path | None:
     return None
 
 
-def cap(name: str, pid: int, percent: float) -> Path:
-    """Move `pid` (all its threads) into a new cgroup `name` limited to `percent` of one CPU;
-    returns the cgroup's directory (give it to remove())."""
+def make(name: str, percent: float) -> Path:
+    """A new cgroup `name` limited to `percent` of one CPU, empty; returns its directory
+    (give it to move() and, at the end, remove())."""
     if not 0 < percent <= 100 * (os.cpu_count() or 1):
         raise CpuCapError(f"CPU cap {percent}% out of range")
-    quota = int(PERIOD_US * percent / 100)
+    quota = max(1000, int(PERIOD_US * percent / 100))  # the kernel's smallest quota is 1 ms
     root = _v2_root()
     if root is not None:
         sub = root / "cgroup.subtree_control"
@@ -56,7 +56,6 @@ def cap(name: str, pid: int, percent: float) -> Path:
         d = root / name
         d.mkdir(exist_ok=True)
         (d / "cpu.max").write_text(f"{quota} {PERIOD_US}")
-        (d / "cgroup.procs").write_text(str(pid))
         return d
     root = _v1_root()
     if root is None:
@@ -66,7 +65,40 @@ def cap(name: str, pid: int, percent: float) -> Path:
     d.mkdir(exist_ok=True)
     (d / "cpu.cfs_period_us").write_text(str(PERIOD_US))
     (d / "cpu.cfs_quota_us").write_text(str(quota))
+    return d
+
+
+def move(d: Path, pid: int) -> None:
+    """Move `pid` (all its threads) into cgroup `d`."""
     (d / "cgroup.procs").write_text(str(pid))
+
+
+def move_tree(d: Path, pid: int) -> int:
+    """Move `pid` and every descendant it has into cgroup `d`: each process is moved before its
+    children are listed, so one forked meanwhile is born inside. Returns how many moved
+    (processes that exit meanwhile are skipped)."""
+    moved = 0
+    todo = [pid]
+    while todo and moved < 10000:
+        p = todo.pop()
+        try:
+            move(d, p)
+        except (ProcessLookupError, OSError):
+            continue
+        moved += 1
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(k) for k in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return moved
+
+
+def cap(name: str, pid: int, percent: float) -> Path:
+    """Move `pid` (all its threads) into a new cgroup `name` limited to `percent` of one CPU;
+    returns the cgroup's directory (give it to remove())."""
+    d = make(name, percent)
+    move(d, pid)
     return d
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from istrace.system import netns
@@ -64,6 +65,10 @@ class TestbedConfig:
     ini_rmem: int = 0                    # initiator's tcp_rmem max, bytes (0 = 64 MiB)
     tgt_wmem: int = 0                    # target's tcp_wmem max, bytes (0 = 64 MiB)
     tgt_cpu: float = 0.0                 # tgtd's CPU cap, % of one CPU (0 = none)
+    ini_cpu: float = 0.0                 # the workload's CPU cap, % of one CPU (0 = none)
+    tgt_cwnd: int = 0                    # target's congestion window clamp, segments (0 = none)
+    # iSCSI keys the target offers (tgtadm --op update: InitialR2T, FirstBurstLength, ...)
+    tgt_params: dict[str, str] = field(default_factory=dict)
     cc: str = ""                         # TCP congestion control of both ends ("" = host's)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -97,10 +102,16 @@ class TestbedConfig:
         for b in (self.ini_rmem, self.tgt_wmem):
             if b and b < 4096:
                 raise ValueError(f"socket buffer {b} bytes: at least 4096")
-        if self.tgt_cpu < 0:
-            raise ValueError(f"CPU cap {self.tgt_cpu}% must be >= 0")
+        if not 0 <= self.tgt_cwnd <= 100000:
+            raise ValueError(f"cwnd clamp {self.tgt_cwnd} segments out of range")
+        for c in (self.tgt_cpu, self.ini_cpu):
+            if c < 0:
+                raise ValueError(f"CPU cap {c}% must be >= 0")
         if self.emulator not in ("auto", "dummynet", "netem"):
             raise ValueError(f"emulator {self.emulator!r}: auto, dummynet or netem")
+        for key, value in self.tgt_params.items():
+            if not key.isalnum() or not str(value).replace("-", "").isalnum():
+                raise ValueError(f"target key {key}={value}: letters and digits only")
 
 
 class TestbedError(RuntimeError):
@@ -182,6 +193,8 @@ class Testbed(UpDown):
         try:
             self._make_network()
             self._make_target()
+            self._make_workload_cgroup()
+            self._clamp_cwnd()
             self.state["ready"] = True
             testbed_state.save(self.state)
         except BaseException:
@@ -323,6 +336,8 @@ class Testbed(UpDown):
             if tid == 1 and self.lun2_path:
                 adm.add_lun(1, 2, self.lun2_path)
             adm.allow_all(tid)
+            for key, value in cfg.tgt_params.items():
+                adm.set_param(tid, key, value)
         if cfg.chap_user and cfg.chap_secret:
             adm.chap(tids, cfg.chap_user, cfg.chap_secret)
             if cfg.chap_mutual_user and cfg.chap_mutual_secret:
@@ -346,11 +361,61 @@ class Testbed(UpDown):
     def popen_tgt(self, cmd: list[str] | str, **kw: Any) -> subprocess.Popen[Any]:
         return subprocess.Popen(netns.in_ns(self.tgt_ns, cmd), **kw)
 
+    def _clamp_cwnd(self) -> None:
+        """--tgt-cwnd N: the target's route to the initiator gets `cwnd lock N`. A connection
+        takes a locked cwnd as its clamp only from the TCP metrics cache (tcp_init_metrics),
+        which a connection fills when it closes: one throw-away connection to the portal
+        does, and the cache is checked."""
+        n = self.cfg.tgt_cwnd
+        if not n:
+            return
+        route = netns.sh(["ip", "route", "show", self.ini_ip], ns=self.tgt_ns).split()
+        if not route:
+            raise TestbedError(f"--tgt-cwnd: no route to {self.ini_ip} in {self.tgt_ns}")
+        netns.sh(["ip", "route", "change", *route, "cwnd", "lock", str(n)], ns=self.tgt_ns)
+        netns.sh(["ip", "tcp_metrics", "flush", "all"], check=False, ns=self.tgt_ns)
+        host, port = self.portal.rsplit(":", 1)
+        probe = ("import socket, time\n"
+                 f"s = socket.create_connection(({host!r}, {port}), timeout=5)\n"
+                 "time.sleep(0.05)\ns.close()\n")
+        metric = ""
+        for _ in range(20):
+            self.run_ini([sys.executable, "-c", probe], capture_output=True, timeout=10)
+            time.sleep(0.1)
+            metric = netns.sh(["ip", "tcp_metrics", "show", self.ini_ip], check=False,
+                              ns=self.tgt_ns)
+            if f"cwnd {n}" in metric.split(" rtt")[0]:
+                return
+        raise TestbedError(f"--tgt-cwnd {n}: the TCP metrics cache did not take the clamp "
+                           f"({metric.strip() or 'no entry'})")
+
+    def _make_workload_cgroup(self) -> None:
+        """--ini-cpu: an empty cgroup capped at that share of one CPU; record_pid() moves the
+        workload into it."""
+        cfg = self.cfg
+        if not cfg.ini_cpu:
+            return
+        try:
+            cg = cpucap.make(f"istrace-{cfg.name}-workload", cfg.ini_cpu)
+        except (cpucap.CpuCapError, OSError) as exc:
+            raise TestbedError(f"--ini-cpu {cfg.ini_cpu:g}: {exc}") from None
+        self.state.setdefault("cgroups", []).append(str(cg))
+        self.state["workload_cgroup"] = str(cg)
+        testbed_state.save(self.state)
+
     def record_pid(self, pid: int, what: str) -> None:
-        """Note a process this testbed's `down` must stop (captures, probes, workloads)."""
+        """Note a process this testbed's `down` must stop (captures, probes, workloads); a
+        workload goes into the --ini-cpu cgroup with its children."""
         state = testbed_state.load(self.cfg.name) or self.state
         testbed_state.add_pid(state, pid, what)
         self.state = state
+        cg = state.get("workload_cgroup")
+        if what == "workload" and cg:
+            try:
+                cpucap.move_tree(Path(cg), pid)
+            except OSError as exc:
+                raise TestbedError(f"--ini-cpu: cannot move the workload into {cg}: {exc}") \
+                    from None
 
     def describe(self) -> dict[str, Any]:
         i2t, t2i = self.cfg.one_way()
@@ -365,6 +430,8 @@ class Testbed(UpDown):
                 "txqueuelen": self.cfg.txqueuelen, "nic_rate_mbit": self.cfg.nic_rate_mbit,
                 "offloads": self.cfg.offloads, "ini_rmem": self.cfg.ini_rmem,
                 "tgt_wmem": self.cfg.tgt_wmem, "tgt_cpu": self.cfg.tgt_cpu,
+                "ini_cpu": self.cfg.ini_cpu, "tgt_params": dict(self.cfg.tgt_params),
+                "tgt_cwnd": self.cfg.tgt_cwnd,
                 "cc": self.cfg.cc or _host_cc(),
                 "chap": bool(self.cfg.chap_user), "control_port": self.control_port}
 
@@ -380,4 +447,7 @@ def config_from_args(a: Any) -> TestbedConfig:
                          chap_mutual_secret=a.chap_mutual_secret, emulator=a.emulator,
                          offloads=a.offloads, ini_rmem=getattr(a, "ini_rmem", 0),
                          tgt_wmem=getattr(a, "tgt_wmem", 0), tgt_cpu=getattr(a, "tgt_cpu", 0.0),
+                         ini_cpu=getattr(a, "ini_cpu", 0.0),
+                         tgt_cwnd=getattr(a, "tgt_cwnd", 0),
+                         tgt_params=dict(getattr(a, "tgt_param", None) or []),
                          cc=getattr(a, "cc", "") or "")

@@ -84,6 +84,11 @@ class Tgtadm:
         self("--op", "new", "--mode", "logicalunit", "--tid", str(tid), "--lun", str(lun),
              "-b", path, "--bstype", "rdwr")
 
+    def set_param(self, tid: int, key: str, value: str) -> None:
+        """An iSCSI key the target offers in login (e.g. InitialR2T No, FirstBurstLength)."""
+        self("--op", "update", "--mode", "target", "--tid", str(tid), "--name", key,
+             "--value", value)
+
     def allow_all(self, tid: int) -> None:
         self("--op", "bind", "--mode", "target", "--tid", str(tid), "-I", "ALL")
 

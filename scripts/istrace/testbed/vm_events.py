@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from istrace.capture.conn import conn_key
+
 ISCSI_PORT = 3260
 # probe name -> (host, layer, event) for the lines that are not decided per line
 _LIO = {"cmd_rx": ("iscsi", "cmd_rx"), "cmd_exec": ("scsi", "cmd_exec"),
@@ -113,7 +115,7 @@ def parse_line(line: str, offset_ns: int, ini_ip: str, tgt_ip: str,
         target_side = sport == ISCSI_PORT
         iport = dport if target_side else sport
         rec.update(host="target" if target_side else "initiator",
-                   conn=f"{ini_ip}:{iport}-{tgt_ip}:{ISCSI_PORT}", cookie=int(kv["cookie"]),
+                   conn=conn_key(ini_ip, iport, tgt_ip, ISCSI_PORT), cookie=int(kv["cookie"]),
                    bytes=int(kv["len"]), seq=int(kv["snd_nxt"]), ack=int(kv["snd_una"]),
                    cwnd=int(kv["cwnd"]), ssthresh=int(kv["ssthresh"]),
                    srtt_us=int(kv["srtt"]), rwnd=int(kv["rcv_wnd"]),

@@ -49,6 +49,8 @@ class Accounting:
     span_ns: int = 0
     bytes: int = 0
     connections: list[str] = field(default_factory=list)
+    # Per connection: its own time per cause, bytes and data-phase span (the same sums, split).
+    per_connection: dict[str, dict[str, Any]] = field(default_factory=dict)
     unsure: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -139,7 +141,14 @@ def cpu_use(cap: Any, window: tuple[int, int] | None = None) -> dict[str, dict[s
 def cpu_saturation(cap: Any, window: tuple[int, int] | None = None) -> dict[str, float]:
     """Per host, the most saturated of its process and its machine (>= CPU_SATURATED: the
     host could not run faster)."""
-    return {h: max(v.values()) for h, v in cpu_use(cap, window).items() if v}
+    use = cpu_use(cap, window)
+    out = {h: max(v.values()) for h, v in use.items() if v}
+    # The workload alone (not the machine it shares with the target on the testbed): when it
+    # used all the CPU it may, the commands it did not issue waited for that CPU.
+    wl = use.get("initiator", {}).get("workload")
+    if wl is not None:
+        out["initiator_workload"] = wl
+    return out
 
 
 def _asof(ts: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -379,7 +388,11 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
     srv_why[~np.isin(srv_why, ["tcp_sndbuf", "tcp_rwnd"])] = srv_cause
     for cause in np.unique(srv_why):
         acc.add(str(cause), float(srv_t[free][srv_why == cause].sum()))
-    acc.add("initiator_concurrency", float((gap_left - srv_t)[free].sum()))
+    # Nothing pending and no service time: the initiator had not issued the next command —
+    # too few outstanding, or a workload held at its CPU limit (its own process saturated).
+    ini_cause = "host_cpu_initiator" if cpu.get("initiator_workload", 0.0) >= CPU_SATURATED \
+        else "initiator_concurrency"
+    acc.add(ini_cause, float((gap_left - srv_t)[free].sum()))
 
     if pending.any():
         mss = float(x["len"].max())

@@ -72,17 +72,30 @@ def _concurrency(ev: dict[str, Any], now: float | None, cap: float | None) -> li
     return out
 
 
-def _buffer(cause: str, ev: dict[str, Any], now: float | None,
+def _buffer(cause: str, ev: dict[str, Any], share: float, now: float | None,
             cap: float | None) -> dict[str, Any]:
     rtt = ev.get("rtt_base_ms")
     bdp = cap * rtt / 1e3 if cap and rtt else None
     knob = ("the initiator's receive buffer (net.ipv4.tcp_rmem max / SO_RCVBUF)"
             if cause == "tcp_rwnd" else
             "the sender's send buffer (net.ipv4.tcp_wmem max / SO_SNDBUF)")
-    change = f"raise {knob}" + (f" to at least 2 x the bandwidth-delay product, "
-                                f"{int(2 * bdp)} bytes" if bdp else "")
-    # One window per round trip: a window of one BDP fills the link.
-    pred = cap if bdp else None
+    # The buffer behind the window: the receiver advertises only part of its receive buffer
+    # (about half: the rest pays for skb overhead), so the buffer itself is what to scale.
+    if cause == "tcp_rwnd":
+        buf = ev.get("rcvbuf_max") or (2 * ev["rwnd_max"] if ev.get("rwnd_max") else None)
+    else:
+        buf = ev.get("sndbuf_max")
+    if bdp:
+        change = f"raise {knob} to at least 2 x the bandwidth-delay product, {int(2 * bdp)} bytes"
+        # One window per round trip: a window of one BDP fills the link.
+        pred: float | None = cap
+    elif buf and now:
+        # No capacity known: throughput is one window per round trip, so four times the
+        # buffer gives up to four times as much, until the time this cause holds is gone.
+        change = f"raise {knob} from {int(buf)} to 4 x that, {int(4 * buf)} bytes"
+        pred = min(4 * now, _removed(share, now) or 4 * now)
+    else:
+        change, pred = f"raise {knob}", None
     return {"cause": cause, "change": change,
             "model": "window / RTT (bandwidth-delay product)",
             "predicted_MBps": _mb(pred), "now_MBps": _mb(now)}
@@ -135,7 +148,7 @@ def what_would_help(primary: str, secondary: list[str], shares: dict[str, float]
         if cause == "initiator_concurrency":
             out += _concurrency(ev, now_Bps, cap_Bps)
         elif cause in ("tcp_rwnd", "tcp_sndbuf"):
-            out.append(_buffer(cause, ev, now_Bps, cap_Bps))
+            out.append(_buffer(cause, ev, share, now_Bps, cap_Bps))
         elif cause == "iscsi_r2t":
             out.append(_r2t(ev, share, now_Bps, cap_Bps))
         elif cause == "network_capacity":

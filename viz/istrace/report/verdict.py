@@ -237,11 +237,16 @@ def account(cap: Capture) -> accounting.Accounting | None:
         if not samples.empty:
             samples = samples[(samples["dir"].astype(str) == d)
                               & (samples["conn"].astype(str) == str(conn))]
+        before, bytes0, span0 = dict(acc.time_ns), acc.bytes, acc.span_ns
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
                                       _pdu_spans(pdus, c, sender, d))
         acc.connections.append(str(conn))
+        acc.per_connection[str(conn)] = {
+            "time_ns": {k: v - before.get(k, 0) for k, v in acc.time_ns.items()
+                        if v > before.get(k, 0)},
+            "bytes": acc.bytes - bytes0, "span_ns": acc.span_ns - span0}
     return acc
 
 
@@ -284,6 +289,7 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
     ev["one_machine"] = (tb or {}).get("mode") == "netns"
     ev["rwnd_median"] = ev["cwnd_median"] = ev["rwnd_max"] = ev["sndbuf_max"] = None
+    ev["rcvbuf_max"] = None
     if cap.track is not None and not cap.track.samples.empty:
         s = cap.track.samples[cap.track.samples["dir"].astype(str) == d]
         if s["rwnd"].notna().any():
@@ -297,6 +303,10 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
         sb = sock[sock["host"].astype(str) == acc.sender]["sndbuf_bytes"].dropna()
         if not sb.empty:
             ev["sndbuf_max"] = float(sb.max())
+    if isinstance(sock, pd.DataFrame) and "rcvbuf_bytes" in sock.columns:
+        rb = sock[sock["host"].astype(str) != acc.sender]["rcvbuf_bytes"].dropna()
+        if not rb.empty:
+            ev["rcvbuf_max"] = float(rb.max())
     return ev
 
 
@@ -360,8 +370,27 @@ def decide(cap: Capture) -> dict[str, Any]:
     out["unsure"] = bool(unsure)
     out["unsure_why"] = unsure
     out["help"] = what_would_help(primary, [s["cause"] for s in out["secondary"]], shares, ev)
+    out["connections"] = _per_connection(acc)
     out["text"] = limited_by(out)
     return out
+
+
+def _per_connection(acc: accounting.Accounting) -> list[dict[str, Any]]:
+    """Each connection's own primary cause and shares (verdict.json `connections`): with
+    several sessions one may be held by a cause the sum hides."""
+    rows = []
+    for conn, pc in acc.per_connection.items():
+        total = sum(pc["time_ns"].values())
+        if total <= 0:
+            continue
+        shares = {k: round(v / total, 4)
+                  for k, v in sorted(pc["time_ns"].items(), key=lambda kv: -kv[1])}
+        span = pc["span_ns"] / 1e9
+        rows.append({"conn": conn, "direction": acc.direction, "sender": acc.sender,
+                     "primary": next(iter(shares)), "shares": shares, "bytes": pc["bytes"],
+                     "throughput_MBps": round(pc["bytes"] / span / 1e6, 3) if span > 0
+                     else None})
+    return rows
 
 
 def limited_by(v: dict[str, Any]) -> str:
