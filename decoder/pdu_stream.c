@@ -217,6 +217,19 @@ static int cand_strong(struct decoder *d, const struct conn *c, const uint8_t *b
 	return 0;
 }
 
+/* Give up the first k bytes of the hunt buffer (k <= hlen): skipped as unparseable. */
+static void hunt_drop(struct decoder *d, struct stream *s, uint32_t k)
+{
+	struct piece tmp[MAX_PIECES];
+
+	decoder_stats(d)->resync_skipped_bytes += k;
+	memmove(s->hbuf, s->hbuf + k, s->hlen - k);
+	s->hlen -= k;
+	s->hbuf_seq += k;
+	s->n_hp = shift_pieces(s->hp, s->n_hp, k, tmp);
+	memcpy(s->hp, tmp, s->n_hp * sizeof tmp[0]);
+}
+
 /* Scan the hunt buffer for a BHS. Returns 1 when it locked on one. */
 static int hunt_scan(struct decoder *d, struct conn *c, int dir, int final)
 {
@@ -300,16 +313,8 @@ static int hunt_scan(struct decoder *d, struct conn *c, int dir, int final)
 		return 1;
 	}
 	/* Drop what can no longer start a header we would accept. */
-	if (k > 0) {
-		struct decode_stats *st = decoder_stats(d);
-		st->resync_skipped_bytes += k;
-		memmove(s->hbuf, s->hbuf + k, s->hlen - k);
-		s->hlen -= k;
-		s->hbuf_seq += k;
-		struct piece tmp[MAX_PIECES];
-		s->n_hp = shift_pieces(s->hp, s->n_hp, k, tmp);
-		memcpy(s->hp, tmp, s->n_hp * sizeof tmp[0]);
-	}
+	if (k > 0)
+		hunt_drop(d, s, k);
 	return 0;
 }
 
@@ -325,15 +330,7 @@ static void hunt_feed(struct decoder *d, struct conn *c, int dir, const uint8_t 
 		uint32_t room = HUNT_MAX - s->hlen;
 		if (room == 0) {
 			/* Nothing acceptable in a full buffer: give all but a header's worth up. */
-			struct decode_stats *st = decoder_stats(d);
-			uint32_t drop = s->hlen - (BHS_LEN - 1);
-			st->resync_skipped_bytes += drop;
-			memmove(s->hbuf, s->hbuf + drop, s->hlen - drop);
-			s->hlen -= drop;
-			s->hbuf_seq += drop;
-			struct piece tmp[MAX_PIECES];
-			s->n_hp = shift_pieces(s->hp, s->n_hp, drop, tmp);
-			memcpy(s->hp, tmp, s->n_hp * sizeof tmp[0]);
+			hunt_drop(d, s, s->hlen - (BHS_LEN - 1));
 			continue;
 		}
 		uint32_t take = n < room ? n : room;

@@ -366,6 +366,17 @@ static uint32_t build_datain(uint8_t *out, uint32_t itt, uint32_t len, uint32_t 
 	return 48 + len + ((4 - (len & 3)) & 3);
 }
 
+/* A connection that has sent one READ(10) of `blocks` blocks, tag `itt`, and its Data-In of
+ * `len` bytes built in buf, not sent yet: returns the Data-In's length. */
+static uint32_t read_then_datain(struct cap *c, uint8_t *buf, uint32_t itt, uint32_t blocks,
+				 uint32_t len)
+{
+	cap_init(c);
+	cap_syn(c);
+	cap_send(c, 0, buf, build_read(buf, itt, 0, blocks), 1448);
+	return build_datain(buf, itt, len, 1);
+}
+
 static void test_split_and_batch(void)
 {
 	struct cap c;
@@ -407,11 +418,7 @@ static void test_reorder_retransmit(void)
 	struct cap c;
 	struct decode_stats st;
 	static uint8_t buf[70000];
-	cap_init(&c);
-	cap_syn(&c);
-	uint32_t n = build_read(buf, 7, 0, 16);
-	cap_send(&c, 0, buf, n, 1448);
-	n = build_datain(buf, 7, 8192, 1);
+	uint32_t n = read_then_datain(&c, buf, 7, 16, 8192);
 	uint32_t s0 = c.seq[1];
 	/* segments A(0..1000) C(2000..n) B(1000..2000), then A again, then an overlap 500..1500 */
 	cap_pkt_at(&c, 1, s0, TH_ACK, buf, 1000, 0, c.seq[0]);
@@ -438,11 +445,7 @@ static void test_gap(void)
 	struct cap c;
 	struct decode_stats st;
 	static uint8_t buf[70000];
-	cap_init(&c);
-	cap_syn(&c);
-	uint32_t n = build_read(buf, 9, 0, 16);
-	cap_send(&c, 0, buf, n, 1448);
-	n = build_datain(buf, 9, 8192, 1);
+	uint32_t n = read_then_datain(&c, buf, 9, 16, 8192);
 	uint32_t s0 = c.seq[1];
 	cap_pkt_at(&c, 1, s0, TH_ACK, buf, 1448, 0, c.seq[0]);
 	/* 1448..2896 never captured */
@@ -538,11 +541,7 @@ static void test_truncated(void)
 	struct cap c;
 	struct decode_stats st;
 	static uint8_t buf[70000];
-	cap_init(&c);
-	cap_syn(&c);
-	uint32_t n = build_read(buf, 5, 0, 8);
-	cap_send(&c, 0, buf, n, 1448);
-	n = build_datain(buf, 5, 4096, 1);
+	uint32_t n = read_then_datain(&c, buf, 5, 8, 4096);
 	uint32_t s0 = c.seq[1];
 	cap_pkt_at(&c, 1, s0, TH_ACK, buf, 1448, 100, c.seq[0]);
 	cap_pkt_at(&c, 1, s0 + 1448, TH_ACK, buf + 1448, 1448, 100, c.seq[0]);

@@ -15,15 +15,7 @@ upd node.conn[0].iscsi.MaxRecvDataSegmentLength "$MRDSL"
 upd node.session.iscsi.MaxBurstLength "$MAX_BURST"
 upd node.session.iscsi.FirstBurstLength "$FIRST_BURST"
 iscsiadm "${node[@]}" --login > /dev/null
-dev=""
-for _ in $(seq 150); do
-  dev=$(iscsiadm -m session -P 3 2>/dev/null | sed -n 's/.*Attached scsi disk \(sd[a-z]*\).*/\1/p' | head -1)
-  [ -n "$dev" ] && [ -b "/dev/$dev" ] && break
-  sleep 0.2
-done
-[ -n "$dev" ] || { echo "guest_retune: no SCSI disk after login" >&2; exit 1; }
-[ "$MAX_SECTORS_KB" = 0 ] || echo "$MAX_SECTORS_KB" > "/sys/block/$dev/queue/max_sectors_kb"
-sid=$(iscsiadm -m session | sed -n 's/^tcp: \[\([0-9]*\)\].*/\1/p' | head -1)
-"$VMDIR/guest_describe.sh" "$dev" "$sid" > "$RUNDIR/up.json.tmp"
-mv "$RUNDIR/up.json.tmp" "$RUNDIR/up.json"
+# shellcheck source=guest_session.sh
+. "$VMDIR/guest_session.sh"
+session_up || { echo "guest_retune: no SCSI disk after login" >&2; exit 1; }
 cat "$RUNDIR/up.json"

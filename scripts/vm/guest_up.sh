@@ -77,18 +77,8 @@ for _ in $(seq 50); do [ -S /run/iscsid.pid ] || [ -e /run/iscsid.pid ] && break
 iscsiadm -m discovery -t sendtargets -p "$TGT_IP:3260" >/dev/null
 iscsiadm -m node -T "$IQN" -p "$TGT_IP:3260" --login >/dev/null
 
-dev=""
-for _ in $(seq 150); do
-  dev=$(iscsiadm -m session -P 3 2>/dev/null | sed -n 's/.*Attached scsi disk \(sd[a-z]*\).*/\1/p' | head -1)
-  [ -n "$dev" ] && [ -b "/dev/$dev" ] && break
-  sleep 0.2
-done
-[ -n "$dev" ] || { log "no SCSI disk appeared after login"; exit 1; }
-if [ "$MAX_SECTORS_KB" != "0" ]; then
-  echo "$MAX_SECTORS_KB" > "/sys/block/$dev/queue/max_sectors_kb"
-fi
-sid=$(iscsiadm -m session | sed -n 's/^tcp: \[\([0-9]*\)\].*/\1/p' | head -1)
+# shellcheck source=guest_session.sh
+. "$VMDIR/guest_session.sh"
+session_up || { log "no SCSI disk appeared after login"; exit 1; }
 host=$(basename "$(readlink -f /sys/class/iscsi_session/session$sid/device)/..")
-"$VMDIR/guest_describe.sh" "$dev" "$sid" > "$RUNDIR/up.json.tmp"
-mv "$RUNDIR/up.json.tmp" "$RUNDIR/up.json"
 log "up: /dev/$dev (session $sid, $host)"

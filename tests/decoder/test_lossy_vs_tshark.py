@@ -9,31 +9,17 @@ by TCP sequence number."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
-import pandas as pd
 import pytest
 from istrace.system.paths import binary
 from istrace.testbed.namespaces import Testbed, TestbedConfig
-from test_vs_tshark import COMPARED, capture_workloads, explain
-from tshark_pdus import TPdu
+from test_vs_tshark import COMPARED, Captured, capture_workloads, explain
 
 READS, READ_SIZE, WRITES, WRITE_SIZE = 10, 1 << 20, 6, 512 << 10
 
 
-@dataclass
-class Lossy:
-    drops: int
-    unwritten: int
-    rc: dict[str, int]
-    out: dict[str, str]
-    ist: pd.DataFrame
-    cmds: pd.DataFrame
-    tsh: list[TPdu]
-
-
 @pytest.fixture(scope="module")
-def lossy(tmp_path_factory: pytest.TempPathFactory) -> Lossy:
+def lossy(tmp_path_factory: pytest.TempPathFactory) -> Captured:
     pcap = tmp_path_factory.mktemp("lossy") / "initiator.pcap"
     with Testbed(TestbedConfig(name="d2lo", lun_mb=8, loss=0.01, delay_ms=1.0)) as tb:
         gen = [str(binary("istrace-gen")), "--portal", tb.portal, "--target", tb.iqn,
@@ -46,22 +32,21 @@ def lossy(tmp_path_factory: pytest.TempPathFactory) -> Lossy:
                          "65536"],
             "gen-write": [*gen, "--write", "--size", str(WRITE_SIZE), "--count", str(WRITES)],
         }
-        c = capture_workloads(tb, pcap, list(work.items()), timeout=90)
-    return Lossy(c.drops, c.unwritten, c.rc, c.out, c.res.pdus, c.res.commands, c.tsh)
+        return capture_workloads(tb, pcap, list(work.items()), timeout=90)
 
 
-def test_lossy_capture_is_complete_and_lossy(lossy: Lossy) -> None:
+def test_lossy_capture_is_complete_and_lossy(lossy: Captured) -> None:
     assert lossy.drops == 0 and lossy.unwritten == 0, (lossy.drops, lossy.unwritten)
     bad = {k: v for k, v in lossy.rc.items() if v != 0}
     assert not bad, {k: lossy.out[k][-400:] for k in bad}
-    notes = " ".join(lossy.ist["note"])
+    notes = " ".join(lossy.res.pdus["note"])
     assert "retransmit" in notes, "the path lost nothing: the case tests nothing"
 
 
-def test_lossy_every_completed_command_accounted(lossy: Lossy) -> None:
+def test_lossy_every_completed_command_accounted(lossy: Captured) -> None:
     """The workloads' own counts: 10 x 1 MiB READ(10) and 6 x 512 KiB WRITE(10), all GOOD,
     with every byte seen; no PDU lost to a gap, a resync or the end of the capture."""
-    c = lossy.cmds
+    c = lossy.res.commands
     for cdb, n, size, col in ((0x28, READS, READ_SIZE, "bytes_in"),
                               (0x2A, WRITES, WRITE_SIZE, "bytes_out")):
         mine = c[(c["cdb_opcode"].map(lambda x: int(x, 0) if x else -1) == cdb)
@@ -69,7 +54,7 @@ def test_lossy_every_completed_command_accounted(lossy: Lossy) -> None:
         assert len(mine) == n, mine.to_string()
         assert set(mine[col]) == {str(size)} and set(mine["status"]) == {"0"}, mine.to_string()
     for word in ("gap", "resync", "incomplete", "truncated"):
-        assert word not in " ".join(lossy.ist["note"]), word
+        assert word not in " ".join(lossy.res.pdus["note"]), word
     # Every command of the capture got its response.
     assert (c["status"] != "").all(), c[c["status"] == ""].to_string()
 
@@ -84,7 +69,7 @@ def _key(conn: str, d: str, f: dict[str, int]) -> tuple[object, ...]:
             f.get("r2tsn") if op == 0x31 else None)
 
 
-def test_lossy_agrees_with_tshark(lossy: Lossy) -> None:
+def test_lossy_agrees_with_tshark(lossy: Captured) -> None:
     def fields(r: dict[str, str]) -> dict[str, int]:
         return {c: int(r[c], 0) for c in ("opcode", "itt", "cmdsn", "statsn", "datasn",
                                            "buffer_offset", "r2tsn") if r[c] != ""}
@@ -92,7 +77,7 @@ def test_lossy_agrees_with_tshark(lossy: Lossy) -> None:
     # A multi-stage login repeats ITT and CmdSN: the n-th occurrence is part of the key.
     seen: Counter[tuple[object, ...]] = Counter()
     ist: dict[tuple[object, ...], dict[str, str]] = {}
-    for r in lossy.ist.to_dict("records"):
+    for r in lossy.res.pdus.to_dict("records"):
         k = _key(r["conn"], r["dir"], fields(r))
         seen[k] += 1
         ist[(*k, seen[k])] = r

@@ -107,11 +107,11 @@ def fault_tb() -> Iterator[Bed]:
         yield bed
 
 
-def _start_run(tb: Bed, *args: str) -> tuple[subprocess.Popen[str], float]:
+def _start_run(tb: Bed, *args: str) -> subprocess.Popen[str]:
     cmd = [gen_binary(), "--portal", tb.portal, "--target", tb.iqn, "--size", "1M",
            "--queue-depth", "4", "--time", "60", "--json", *args]
     proc = tb.popen_ini(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, time.monotonic()
+    return proc
 
 
 def _wait_running(proc: subprocess.Popen[str]) -> None:
@@ -127,39 +127,39 @@ def _wait_running(proc: subprocess.Popen[str]) -> None:
     raise AssertionError("istrace-gen never printed progress")
 
 
+def _run_and_signal(tb: Bed, pid: int, sig: int, *args: str) -> tuple[int, str, str, float]:
+    """Start a run, send `sig` to tgtd once data flows; (exit code, stdout, stderr, seconds
+    from the signal to the run's end). A stopped tgtd is always continued."""
+    proc = _start_run(tb, *args)
+    try:
+        _wait_running(proc)
+        os.kill(pid, sig)
+        t_sig = time.monotonic()
+        out, err = proc.communicate(timeout=20)
+        return proc.returncode, out, err, time.monotonic() - t_sig
+    finally:
+        if sig == signal.SIGSTOP:
+            os.kill(pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_target_stops_answering_then_dies(fault_tb: Bed) -> None:
     pid = tgtd_pid(fault_tb)
     # 1) tgtd frozen: the run ends by --timeout with the figures so far
-    proc, t0 = _start_run(fault_tb, "--timeout", "2")
-    try:
-        _wait_running(proc)
-        os.kill(pid, signal.SIGSTOP)
-        t_stop = time.monotonic()
-        out, err = proc.communicate(timeout=20)
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 8, err
+    rc, out, err, took = _run_and_signal(fault_tb, pid, signal.SIGSTOP, "--timeout", "2")
+    assert rc == 8, err
     assert "stopped answering" in err
-    assert time.monotonic() - t_stop < 2 + 6  # timeout plus slack, never a hang
+    assert took < 2 + 6  # timeout plus slack, never a hang
     s = json.loads(out.strip().splitlines()[-1])
     assert s["exit"] == 8 and s["bytes"] > 0 and s["commands"] > 0
     assert "summary" in err  # human summary too
     time.sleep(0.5)
     # 2) tgtd killed: the connection closes, clear error, partial figures
-    proc, t0 = _start_run(fault_tb)
-    try:
-        _wait_running(proc)
-        os.kill(pid, signal.SIGKILL)
-        t_kill = time.monotonic()
-        out, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 9, err
+    rc, out, err, took = _run_and_signal(fault_tb, pid, signal.SIGKILL)
+    assert rc == 9, err
     assert "target closed the connection" in err
-    assert time.monotonic() - t_kill < 5
+    assert took < 5
     s = json.loads(out.strip().splitlines()[-1])
     assert s["exit"] == 9 and s["bytes"] > 0
     # 3) nothing listens any more: a clean connect error

@@ -55,6 +55,15 @@ def test_never_confidently_wrong(rows, name):
                                       f"{r['noprobes_primary']} for {r['expected_primary']}")
 
 
+@pytest.mark.parametrize("tag", [t for t, _, _ in scenarios.LESS])
+def test_less_data_is_right_coarser_or_unsure(rows, tag):
+    """The initiator's pcap alone (no meta.json), and cut to 96 bytes a packet: the report
+    runs, and its verdict is right, coarser, or says it is unsure."""
+    bad = {n: (r.get(f"{tag}_primary"), r.get(f"{tag}_error")) for n, r in rows.items()
+           if r.get("status") == "ok" and not r.get(f"{tag}_ok")}
+    assert not bad, f"{tag}: confidently wrong or failed: {bad}"
+
+
 @pytest.mark.parametrize("name", [s.name for s in scenarios.SCENARIOS if s.secondary])
 def test_second_cause_named(rows, name):
     r = rows[name]

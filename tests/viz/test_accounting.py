@@ -115,3 +115,11 @@ def test_known_capacity_gives_the_link_its_busy_share():
     # The rest keeps the proportions of the sender's own gaps (each burst now ends one
     # segment's serialisation at the capacity later: 1.448 us).
     assert t["initiator_concurrency"] / t["target_service"] == pytest.approx(810 / 400, rel=0.01)
+
+
+def test_without_commands_an_idle_sender_is_not_blamed_on_the_initiator():
+    # PDU headers cut by the snaplen: no command decoded, so a gap with nothing to send may
+    # be the initiator not asking or the target not answering.
+    t = run(segs((100, 10, 10), (1300, 10, 10)), None)
+    assert t["idle_unexplained"] == pytest.approx(1300 - 190)
+    assert "initiator_concurrency" not in t and "target_service" not in t

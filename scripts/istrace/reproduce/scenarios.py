@@ -137,6 +137,44 @@ def _without_probes(src: Path, dst: Path) -> None:
             shutil.copy2(f, dst / f.name)
 
 
+# Less than a whole capture, as users often have it: (tag, files kept, snaplen cut or 0). The
+# verdict on these must be right, coarser, or unsure: never a confident wrong cause.
+LESS: tuple[tuple[str, tuple[str, ...], int], ...] = (
+    ("ini-pcap", ("initiator.pcap",), 0),   # the initiator's pcap alone: no meta.json
+    ("ini-cut96", ("initiator.pcap",), 96),  # and cut to 96 bytes a packet: headers only
+)
+
+
+def _reduced(src: Path, dst: Path, keep: tuple[str, ...], snaplen: int) -> None:
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    for name in keep:
+        if snaplen:
+            subprocess.run(["editcap", "-s", str(snaplen), str(src / name), str(dst / name)],
+                           check=True, capture_output=True, timeout=120)
+        else:
+            shutil.copy2(src / name, dst / name)
+
+
+def judge_less(sc: Scenario, d: Path, out: Path) -> dict[str, Any]:
+    """The verdict on each LESS reduction of capture `d` (columns <tag>_* of scenarios.csv)."""
+    row: dict[str, Any] = {}
+    for tag, keep, snaplen in LESS:
+        dd = out / f"{sc.name}-{tag}"
+        _reduced(d, dd, keep, snaplen)
+        try:
+            x = _verdict(dd)
+        except RuntimeError as exc:
+            row.update({f"{tag}_primary": "report failed", f"{tag}_error": str(exc)[-300:],
+                        f"{tag}_ok": False})
+            continue
+        p, unsure = x["primary"]["cause"], bool(x.get("unsure"))
+        row.update({f"{tag}_primary": p, f"{tag}_share": x["primary"]["share"],
+                    f"{tag}_unsure": unsure,
+                    f"{tag}_ok": p == sc.primary or p in COARSE.get(sc.primary, set()) or unsure})
+    return row
+
+
 def _verdict(d: Path) -> dict[str, Any]:
     r = _istrace("report", str(d))
     if r.returncode != 0:
@@ -234,6 +272,7 @@ def run_one(sc: Scenario, out: Path, name: str = "sc", helped: bool = True) -> d
     row["secondary_right"] = (not sc.secondary) or sc.secondary in row["given_secondary"].split()
     row["noprobes_right"] = row["noprobes_primary"] == sc.primary
     row["noprobes_coarse"] = row["noprobes_primary"] in COARSE.get(sc.primary, set())
+    row.update(judge_less(sc, d, out))
     if helped:
         row.update(check_help(sc, v, out, name))
         now, pred, got = row["gen_MBps"], row.get("help_predicted_MBps"), \
@@ -310,6 +349,19 @@ def table(rows: list[dict[str, Any]]) -> str:
     bare = sum(bool(r.get("noprobes_right")) for r in rows)
     lines += ["", f"Primary right with probes: {right}/{n} ({right / max(n, 1) * 100:.0f}%); "
               f"without probes: {bare}/{n} ({bare / max(n, 1) * 100:.0f}%)."]
+    lines += ["", "With less data (" + "; ".join(
+        f"{tag}: {', '.join(keep)}" + (f" cut to {snap} bytes" if snap else "") + ", no meta.json"
+        for tag, keep, snap in LESS) + "): right, coarser, or unsure, never confidently wrong:",
+        "", "| scenario | " + " | ".join(tag for tag, _, _ in LESS) + " |",
+        "| --- |" + " --- |" * len(LESS)]
+    for r in rows:
+        cells = []
+        for tag, _, _ in LESS:
+            p = r.get(f"{tag}_primary")
+            mark = ("right" if p == r["expected_primary"] else "unsure" if r.get(f"{tag}_unsure")
+                    else "coarser" if r.get(f"{tag}_ok") else "WRONG")
+            cells.append(f"{p} {pct(r.get(f'{tag}_share'))} ({mark})" if p else "-")
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     helped = [r for r in rows if r.get("help_status")]
     if helped:
         lines += ["", "What would help, run and measured (MB/s as istrace-gen reports):", "",

@@ -28,19 +28,28 @@ def state_path(name: str) -> Path:
     return run_dir(name) / "state.json"
 
 
-def load(name: str) -> dict[str, Any] | None:
+def read(path: Path) -> dict[str, Any] | None:
+    """A state file, or None when there is none (or it was cut short)."""
     try:
-        return json.loads(state_path(name).read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
 
-def save(state: dict[str, Any]) -> None:
-    path = state_path(state["name"])
+def write(path: Path, state: dict[str, Any]) -> None:
+    """Atomically: a crash leaves the old state or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True, default=str))
     os.replace(tmp, path)
+
+
+def load(name: str) -> dict[str, Any] | None:
+    return read(state_path(name))
+
+
+def save(state: dict[str, Any]) -> None:
+    write(state_path(state["name"]), state)
 
 
 def proc_start(pid: int) -> int | None:

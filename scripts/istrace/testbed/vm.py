@@ -33,6 +33,7 @@ from typing import Any
 
 from istrace.system.paths import REPO_ROOT
 from istrace.testbed import pattern, vm_events
+from istrace.testbed import state as testbed_state
 from istrace.testbed.lifecycle import UpDown
 
 VM_ROOT = Path(os.environ.get("ISTRACE_VM_ROOT", "/tmp/istrace-vm"))
@@ -152,13 +153,6 @@ def run_dir(name: str) -> Path:
     return VM_ROOT / name
 
 
-def _proc_start(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 class VmTestbed(UpDown):
     """A running (or to-be-started) VM testbed; a context manager like Testbed."""
 
@@ -202,7 +196,8 @@ class VmTestbed(UpDown):
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         _save_state(self.cfg.name, {"config": asdict(self.cfg), "pid": proc.pid,
-                                    "pid_start": _proc_start(proc.pid), "kernel": kernel})
+                                    "pid_start": testbed_state.proc_start(proc.pid),
+                                    "kernel": kernel})
         t0 = time.monotonic()
         status_file = self.dir / "up.status"
         while not status_file.exists():
@@ -228,20 +223,21 @@ class VmTestbed(UpDown):
         state = _load_state(self.cfg.name)
         if not state or "pid" not in state:
             return False
-        return _proc_start(state["pid"]) == state.get("pid_start")
+        return testbed_state.proc_start(state["pid"]) == state.get("pid_start")
 
     def down(self, keep: bool = False) -> None:
         """Power the VM off (politely, then by signal) and remove the run directory."""
         state = _load_state(self.cfg.name) or {}
         pid = state.get("pid")
-        if pid and _proc_start(pid) == state.get("pid_start"):
+        if pid and testbed_state.proc_start(pid) == state.get("pid_start"):
             (self.dir / "cmd").mkdir(parents=True, exist_ok=True)
             (self.dir / "cmd" / "shutdown").touch()
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and _proc_start(pid) == state.get("pid_start"):
+            start = state.get("pid_start")
+            while time.monotonic() < deadline and testbed_state.proc_start(pid) == start:
                 time.sleep(0.5)
             for sig in (signal.SIGTERM, signal.SIGKILL):
-                if _proc_start(pid) != state.get("pid_start"):
+                if testbed_state.proc_start(pid) != state.get("pid_start"):
                     break
                 try:
                     os.killpg(pid, sig)   # the vng process leads its own group (qemu inside)
@@ -316,23 +312,12 @@ class VmTestbed(UpDown):
         return dest
 
 
-def _state_file(name: str) -> Path:
-    return run_dir(name) / "state.json"
-
-
 def _load_state(name: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(_state_file(name).read_text())
-    except (OSError, ValueError):
-        return None
+    return testbed_state.read(run_dir(name) / "state.json")
 
 
 def _save_state(name: str, state: dict[str, Any]) -> None:
-    path = _state_file(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1, default=str))
-    tmp.rename(path)
+    testbed_state.write(run_dir(name) / "state.json", state)
 
 
 # -- workloads ------------------------------------------------------------------------------

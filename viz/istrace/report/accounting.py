@@ -390,8 +390,11 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
         acc.add(str(cause), float(srv_t[free][srv_why == cause].sum()))
     # Nothing pending and no service time: the initiator had not issued the next command —
     # too few outstanding, or a workload held at its CPU limit (its own process saturated).
+    # Without commands neither can be told from a slow target.
     ini_cause = "host_cpu_initiator" if cpu.get("initiator_workload", 0.0) >= CPU_SATURATED \
         else "initiator_concurrency"
+    if cmds is None or cmds.empty:
+        ini_cause = "idle_unexplained"
     acc.add(ini_cause, float((gap_left - srv_t)[free].sum()))
 
     if pending.any():

@@ -17,6 +17,7 @@ from istrace.plot import data
 from istrace.plot.render import data_dir, sender_segs
 from istrace.report import accounting
 from istrace.report.advice import what_would_help
+from istrace.track.echo_rtt import echo_rtt_ms
 
 SCHEMA = 1
 # cause -> (layer, words for the report)
@@ -40,6 +41,9 @@ CAUSES: dict[str, tuple[str, str]] = {
     "host_cpu_target": ("host", "the target host's CPU"),
     "host_cpu_initiator": ("host", "the initiator host's CPU"),
     "sending_unexplained": ("unknown", "sending below the known capacity, cause not visible"),
+    "idle_unexplained": ("unknown", "the sender idle with nothing to send (no iSCSI commands "
+                         "decoded: the initiator not asking and the target not answering look "
+                         "alike)"),
     "unknown": ("unknown", "unknown"),
 }
 # A cause with at least this share of the time is named as secondary.
@@ -55,6 +59,9 @@ AMBIGUOUS = {
     "tcp_sndbuf_or_pacing": "data held in the sender's socket with neither window full, "
                             "without the kernel's clocks (ss -ti): a full send buffer or the "
                             "pacing rate",
+    "idle_unexplained": "the sender had nothing to send and no iSCSI commands were decoded "
+                        "(PDU headers cut or not captured): too few commands outstanding or a "
+                        "slow target cannot be told apart",
     "sending_unexplained": "the sender was busy below any known capacity: the path's capacity "
                            "or the hosts' CPU (no rate set, no host CPU samples)",
 }
@@ -108,21 +115,31 @@ def dispersion_capacity(cap: Capture) -> float | None:
 def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
     """Base (the testbed's round trip, else the 5th percentile), minimum and median round-trip
     time of the data direction (ms). A lone tiny sample (an ACK of something else) is not the
-    path's round trip, hence the percentile."""
-    none: dict[str, float | None] = {"base_ms": None, "min_ms": None, "p50_ms": None}
-    if cap.track is None or cap.track.samples.empty:
-        return none
-    s = cap.track.samples
-    s = s[s["dir"].astype(str) == d]
-    r = s["rtt_us"].dropna()
-    if len(r) < 10:
-        r = s["srtt_us"].dropna()
-    if len(r) < 10:
-        return none
+    path's round trip, hence the percentile. The tracker's samples (data to its ACK) are the
+    path's only at the data sender; without the sender's pcap, TCP timestamp echoes at the
+    receiver say it (istrace.track.echo_rtt)."""
     owd = one_way_ms(cap.meta)
-    p5 = float(r.quantile(0.05)) / 1e3
+    sender = "target" if d == "t2i" else "initiator"
+    r = pd.Series(dtype=float)
+    if cap.track is not None and not cap.track.samples.empty:
+        s = cap.track.samples
+        s = s[(s["dir"].astype(str) == d) & (s["host"].astype(str) == sender)]
+        r = s["rtt_us"].dropna()
+        if len(r) < 10:
+            r = s["srtt_us"].dropna()
+    if len(r) >= 10:
+        p5, lo, mid = (float(r.quantile(0.05)) / 1e3, float(r.min()) / 1e3,
+                       float(r.median()) / 1e3)
+    else:
+        for host, segs in cap.segs.items():
+            e = echo_rtt_ms(segs, "i2t" if host == "initiator" else "t2i")
+            if e["p5_ms"] is not None:
+                p5, lo, mid = e["p5_ms"], e["min_ms"], e["p50_ms"]
+                break
+        else:
+            return {"base_ms": None, "min_ms": None, "p50_ms": None}
     base = max(p5, 2 * owd) if owd else p5
-    return {"base_ms": base, "min_ms": float(r.min()) / 1e3, "p50_ms": float(r.median()) / 1e3}
+    return {"base_ms": base, "min_ms": lo, "p50_ms": mid}
 
 
 def _retransmits(cap: Capture, d: str) -> int:
@@ -206,15 +223,29 @@ def account(cap: Capture) -> accounting.Accounting | None:
     if cmds is None:
         acc.unsure.append("no iSCSI commands decoded: time between commands cannot be told "
                           "from time inside them")
-    elif "other end" in cmd_source:
-        acc.notes.append(f"command times from {cmd_source}: shifted by the one-way delay")
+    elif "other end" in cmd_source and d == "t2i":
+        # READ commands timed where they left the initiator, data timed where it arrived: a
+        # command reaches the target, and the target's answer this capture point, one round
+        # trip later. Not knowing it, that round trip would read as the target's service.
+        rtt = rtt_stats(cap, d)["base_ms"]
+        if rtt and "issue_ts_ns" in cmds.columns:
+            cmds = cmds.copy()
+            cmds["issue_ts_ns"] = cmds["issue_ts_ns"] + int(rtt * 1e6)
+            acc.notes.append(f"command times from {cmd_source}: moved by the round trip, "
+                             f"{rtt:.2f} ms")
+        else:
+            acc.unsure.append("commands timed at the initiator only and no round-trip time: "
+                              "the target's service time cannot be told from the path's")
     cap_bps, _ = capacity(cap)
     x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
     phase = (int(x["ts_ns"].min()), int(x["ts_ns"].max())) if not x.empty else None
     cpu = accounting.cpu_saturation(cap, phase)
-    pdus = cap.pdus.get(sender)
-    if cmds is not None and "other end" not in cmd_source:
-        cmds = _data_on_wire(cmds, pdus, segs, sender, d)
+    # The PDUs decoded where the segments were taken (the receiver's, without the sender's
+    # pcap): their data phases, R2Ts and spans are all in that capture point's time.
+    seg_host = next((h for h, x in cap.segs.items() if x is segs), sender)
+    pdus = cap.pdus.get(seg_host)
+    if cmds is not None:
+        cmds = _data_on_wire(cmds, pdus, segs, seg_host, d)
     totals = x.groupby("conn", observed=True)["len"].sum()
     link_busy = None
     if cap_bps and len(x) > 1:
@@ -241,7 +272,7 @@ def account(cap: Capture) -> accounting.Accounting | None:
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
-                                      _pdu_spans(pdus, c, sender, d))
+                                      _pdu_spans(pdus, c, seg_host, d))
         acc.connections.append(str(conn))
         acc.per_connection[str(conn)] = {
             "time_ns": {k: v - before.get(k, 0) for k, v in acc.time_ns.items()
