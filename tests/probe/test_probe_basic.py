@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from istrace.merge.merger import estimate_offset, load_events, merge_dir
+from istrace.capture.events import read_events as load_events
+from istrace.merge.merger import estimate_offset, merge_dir
 from istrace.probe.loader import Probe, read_meta
 from probehelp import PROBE
 

@@ -36,38 +36,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 from istrace.capture import attribution, layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, decode_to_dir
 from istrace.capture.decoded import load_segments as load_segment_table
+from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, events_file, read_events_table
 from istrace.system.paths import MissingBinary
 
-HOSTS = ("initiator", "target")
-
-# docs/schema.md §1, in order, then the merger's columns (§6), then extras.
-EVENT_COLUMNS = [
-    "ts_ns", "host", "layer", "event", "pid", "comm", "conn", "cookie", "lba", "bytes", "itt",
-    "opcode", "seq", "ack", "cwnd", "ssthresh", "srtt_us", "ca_state", "inflight", "rwnd",
-    "snd_wnd", "lat_ns", "dev", "reason",
-]
+# The events' columns (docs/schema.md §1), then the merger's (§6), then the events' extras.
 MERGED_EXTRA = ["source", "ts_ns_merged", "cmd_id", "dir", "pdu", "cdb_name", "xfer_bytes"]
 TAIL_EXTRA = ["flags", "tid", "status", "fd", "ret", "again", "offset", "netns"]
 MERGED_COLUMNS = EVENT_COLUMNS + MERGED_EXTRA + TAIL_EXTRA
-
-_INT_COLS = ["ts_ns", "pid", "cookie", "lba", "bytes", "itt", "opcode", "seq", "ack", "cwnd",
-             "ssthresh", "srtt_us", "inflight", "rwnd", "snd_wnd", "lat_ns", "ts_ns_merged",
-             "cmd_id", "pdu", "xfer_bytes", "tid", "status", "fd", "ret", "again", "offset",
-             "netns"]
-_STR_COLS = ["host", "layer", "event", "comm", "conn", "ca_state", "dev", "reason", "source",
-             "dir", "cdb_name", "flags"]
-
-_EVENT_FIELDS = EVENT_COLUMNS + ["tid", "netns", "fd", "ret", "again", "offset", "status",
-                                 "source", "lost"]
-_EVENT_SCHEMA = pa.schema([
-    pa.field(c, pa.string() if c in _STR_COLS else pa.uint64() if c == "cookie" else pa.int64())
-    for c in _EVENT_FIELDS
-])
+_STR_COLS = [c for c in MERGED_COLUMNS if c in STR_COLUMNS] + ["dir", "cdb_name", "flags"]
+_INT_COLS = [c for c in MERGED_COLUMNS if c not in _STR_COLS]
 
 MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int64())
                            for c in MERGED_COLUMNS])
@@ -90,77 +71,6 @@ class ClockEstimate:
 
 
 # ----------------------------------------------------------------------------- loading
-
-def events_file(d: Path, host: str) -> Path:
-    """DIR/events-HOST.jsonl or .csv (istrace probe --format); the newer when both exist."""
-    cands = [p for p in (layout.events_file(d, host), layout.events_file(d, host, "csv"))
-             if p.is_file()]
-    if not cands:
-        return layout.events_file(d, host)
-    return max(cands, key=lambda p: p.stat().st_mtime)
-
-
-def _read_csv_events(data: bytes) -> pa.Table:
-    names = [f.name for f in _EVENT_SCHEMA]
-    return pacsv.read_csv(
-        pa.BufferReader(data),
-        read_options=pacsv.ReadOptions(block_size=1 << 24),
-        convert_options=pacsv.ConvertOptions(
-            column_types={f.name: f.type for f in _EVENT_SCHEMA},
-            include_columns=None, strings_can_be_null=True,
-            quoted_strings_can_be_null=False),
-    ).select([n for n in names if n != "lost"] + ["lost"]) if data else pa.table({})
-
-
-def load_events_table(path: Path) -> tuple[pa.Table, dict[str, Any], int]:
-    """Probe events as an Arrow table (meta rows removed), the stream's meta, lost count."""
-    empty = pa.table({f.name: pa.array([], f.type) for f in _EVENT_SCHEMA})
-    if not path.is_file() or path.stat().st_size == 0:
-        return empty, {}, 0
-    meta: dict[str, Any] = {}
-    data = path.read_bytes()
-    if not data.endswith(b"\n"):  # a loader killed mid-line: drop the partial line
-        data = data[: data.rfind(b"\n") + 1]
-    if not data:
-        return empty, {}, 0
-    if path.suffix == ".csv":
-        table = _read_csv_events(data)
-        side = path.with_suffix(".meta.json")
-        if side.is_file():
-            try:
-                meta = json.loads(side.read_text())
-            except ValueError:
-                meta = {}
-    else:
-        first = data[: data.find(b"\n") + 1]
-        try:
-            rec = json.loads(first) if first else {}
-            if rec.get("event") == "meta":
-                meta = rec
-        except json.JSONDecodeError:
-            pass
-        table = pajson.read_json(
-            pa.BufferReader(data),
-            read_options=pajson.ReadOptions(block_size=1 << 24),
-            parse_options=pajson.ParseOptions(explicit_schema=_EVENT_SCHEMA,
-                                              unexpected_field_behavior="ignore"),
-        )
-    is_meta = pc.fill_null(pc.equal(table["layer"], "meta"), False)
-    counters = table.filter(pc.and_(is_meta, pc.is_in(table["event"],
-                                                      value_set=pa.array(["lost", "end"]))))
-    top = pc.max(counters["lost"]).as_py() if counters.num_rows else None
-    table = table.filter(pc.invert(is_meta)).drop_columns(["lost"])
-    return table, meta, int(top or 0)
-
-
-def load_events(path: Path) -> tuple[pd.DataFrame, dict[str, Any], int]:
-    """load_events_table as a pandas frame (nullable integer columns)."""
-    table, meta, lost = load_events_table(path)
-    df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(),
-                                       pa.uint64(): pd.UInt64Dtype()}.get)
-    df["cookie"] = df["cookie"].astype("Int64")
-    return df, meta, lost
-
 
 SEG_COLUMNS = ["ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags", "win", "len"]
 
@@ -318,7 +228,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
     for h in HOSTS:
         path = events_file(d, h)
         say(f"merge: reading {path.name}")
-        table, _meta, n_lost = load_events_table(path)
+        table, _meta, n_lost = read_events_table(path)
         events[h] = table
         lost[h] = n_lost
         if not path.is_file():

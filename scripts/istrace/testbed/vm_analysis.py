@@ -19,17 +19,17 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from istrace.capture import events
 
 READ_OPS = (0x28, 0x88, 0xA8, 0x08)
 
 
 def load_events(cap: Path) -> pd.DataFrame:
-    frames = [pd.read_json(p, lines=True) for p in sorted(cap.glob("events-*.jsonl"))
-              if p.stat().st_size]
-    if not frames:
+    """Both hosts' events with the VM probes' extra columns (tag, cdb_opcode)."""
+    ev = events.load_events(cap, extras=True)
+    if ev is None:
         raise ValueError(f"{cap}: no events-*.jsonl with events")
-    ev = pd.concat(frames, ignore_index=True)
-    return ev.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+    return ev
 
 
 def _sel(ev: pd.DataFrame, host: str, layer: str, event: str) -> pd.DataFrame:
