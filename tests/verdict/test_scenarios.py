@@ -55,6 +55,13 @@ def test_never_confidently_wrong(rows, name):
                                       f"{r['noprobes_primary']} for {r['expected_primary']}")
 
 
+def test_the_demo_reads_application_limited(rows):
+    """qd1-4m is the demo's run (one 4 MiB READ at a time at 16 ms one way): the report's
+    "Limited by" line keeps the study's words."""
+    assert rows["qd1-4m"]["text"].startswith("application / protocol-limited"), \
+        rows["qd1-4m"]["text"]
+
+
 @pytest.mark.parametrize("tag", [t for t, _, _ in scenarios.LESS])
 def test_less_data_is_right_coarser_or_unsure(rows, tag):
     """The initiator's pcap alone (no meta.json), and cut to 96 bytes a packet: the report

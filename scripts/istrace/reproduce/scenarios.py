@@ -264,7 +264,7 @@ def run_one(sc: Scenario, out: Path, name: str = "sc", helped: bool = True) -> d
         throughput_MBps=ev.get("throughput_MBps"), gen_MBps=gen_MBps(d),
         given_primary=v["primary"]["cause"], given_share=v["primary"]["share"],
         given_secondary=" ".join(s["cause"] for s in v.get("secondary") or []),
-        unsure=bool(v.get("unsure")),
+        unsure=bool(v.get("unsure")), text=v.get("text", ""),
         shares=json.dumps(v.get("shares") or {}),
         noprobes_primary=w["primary"]["cause"], noprobes_share=w["primary"]["share"],
         noprobes_unsure=bool(w.get("unsure")))
