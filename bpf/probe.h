@@ -22,11 +22,12 @@
 
 #include "istrace_events.h"
 
-#define MAX_VARIANTS 3
+#define MAX_VARIANTS 4
 #define MAX_DISABLE 32
 
 enum variant_kind {
-	V_NONE, V_TP_BTF, V_RAW_TP, V_TRACEPOINT, V_FENTRY, V_KPROBE, V_USDT, V_UPROBE, V_URETPROBE,
+	V_NONE, V_SOCKOPS, V_TP_BTF, V_RAW_TP, V_TRACEPOINT, V_FENTRY, V_KPROBE, V_USDT, V_UPROBE,
+	V_URETPROBE,
 	V_NKINDS
 };
 
@@ -60,6 +61,7 @@ struct options {
 	int nexclude;
 	bool exclude_set;
 	int netns_given;
+	char netns_path[4096]; /* --netns as a path (PATH_MAX) */
 	__u32 pids[ISTRACE_MAX_PIDS];
 	int npids;
 	double duration;
@@ -108,6 +110,10 @@ void ensure_tracefs(void);
 int tracepoint_exists(const struct hook *h);
 int function_exists(const struct hook *h);
 bool have_local_storage(void);
+
+/* probe_sockops.c: what the sock_ops variant needs from the machine */
+const char *cgroup2_root(void);
+int iscsi_connections_up(void);
 const char *drop_reason_name(__u32 r);
 
 /* probe_elf.c: user-space binaries (istrace-gen, tgtd, libiscsi) */

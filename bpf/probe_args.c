@@ -108,6 +108,7 @@ int parse_args(int argc, char **argv)
 			filt.netns = (__u32)st.st_ino;
 			filt.netns_tasks = 1;
 			opt.netns_given = 1;
+			snprintf(opt.netns_path, sizeof(opt.netns_path), "%s", path);
 			break;
 		}
 		case 'p':

@@ -9,6 +9,7 @@
  * is the "not attached: why" a user sees.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@
 #include "istrace.skel.h"
 
 const char *const kind_name[V_NKINDS] = {
-	[V_NONE] = "none", [V_TP_BTF] = "tp_btf", [V_RAW_TP] = "raw_tp",
+	[V_NONE] = "none", [V_SOCKOPS] = "sockops", [V_TP_BTF] = "tp_btf", [V_RAW_TP] = "raw_tp",
 	[V_TRACEPOINT] = "tracepoint", [V_FENTRY] = "fentry", [V_KPROBE] = "kprobe", [V_USDT] = "usdt", [V_UPROBE] = "uprobe",
 	[V_URETPROBE] = "uretprobe",
 };
@@ -38,7 +39,8 @@ const char *const kind_name[V_NKINDS] = {
 
 struct hook hooks[] = {
 	{ .name = "tcp_probe", .layer = "tcp", .target = "tcp_probe", .bin = BIN_KERNEL,
-	  .v = { { .kind = V_TP_BTF, .prog = "tcp_probe_btf" },
+	  .v = { { .kind = V_SOCKOPS, .prog = "tcp_sockops" },
+		 { .kind = V_TP_BTF, .prog = "tcp_probe_btf" },
 		 { .kind = V_RAW_TP, .prog = "tcp_probe_raw" },
 		 { .kind = V_TRACEPOINT, .prog = "tcp_probe_tp" } } },
 	TP("cong_state", "tcp", "tcp_cong_state_set", "cong_state"),
@@ -173,6 +175,26 @@ static void choose_variants(void)
 			if (h->failed[j])
 				continue;
 			switch (h->v[j].kind) {
+			case V_SOCKOPS: {
+				int up = iscsi_connections_up();
+
+				if (!cgroup2_root()) {
+					snprintf(h->why[j], sizeof(h->why[j]),
+						 "no cgroup v2 hierarchy mounted to attach to");
+					h->failed[j] = true;
+				} else if (!have_local_storage()) {
+					snprintf(h->why[j], sizeof(h->why[j]),
+						 "no socket local storage in this kernel");
+					h->failed[j] = true;
+				} else if (up != 0) {
+					snprintf(h->why[j], sizeof(h->why[j]), "%s",
+						 up > 0 ? "iSCSI connections already up (sock_ops sees "
+						 "only new ones)" : "could not tell whether iSCSI "
+						 "connections are already up");
+					h->failed[j] = true;
+				}
+				break;
+			}
 			case V_TP_BTF:
 				if (!btf_has_tp(h->target)) {
 					snprintf(h->why[j], sizeof(h->why[j]),
@@ -376,6 +398,15 @@ static int attach_one(struct hook *h)
 	case V_KPROBE:
 		h->link = bpf_program__attach_kprobe(p, false, h->target);
 		break;
+	case V_SOCKOPS: {
+		int fd = open(cgroup2_root(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (fd < 0)
+			return -errno;
+		h->link = bpf_program__attach_cgroup(p, fd);
+		close(fd); /* the link holds the cgroup */
+		break;
+	}
 	default:
 		h->link = bpf_program__attach(p);
 		break;
@@ -453,8 +484,16 @@ void report_hooks(void)
 		if (!h->wanted && !h->off_reason[0])
 			continue;
 		if (h->link) {
-			fprintf(stderr, "istrace-probe: hook %-20s (%s) attached with %s\n", h->name,
+			/* a preferred variant passed over says why (sock_ops: connections up) */
+			int j = 0;
+
+			while (j < h->chosen && !h->why[j][0])
+				j++;
+			fprintf(stderr, "istrace-probe: hook %-20s (%s) attached with %s", h->name,
 				h->layer, kind_name[h->v[h->chosen].kind]);
+			if (j < h->chosen && strcmp(h->why[j], "skipped by --skip-variant"))
+				fprintf(stderr, " (not %s: %s)", kind_name[h->v[j].kind], h->why[j]);
+			fputc('\n', stderr);
 		} else {
 			hook_why(h, why, sizeof(why));
 			fprintf(stderr, "istrace-probe: hook %-20s (%s) not attached: %s\n", h->name,

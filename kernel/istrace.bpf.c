@@ -19,6 +19,7 @@ char LICENSE[] SEC("license") = "GPL";
  * switches hooks on and off inside one object through one skeleton (istrace.skel.h),
  * and the layers share one ring buffer and one cfg. */
 #include "tcp.bpf.h"
+#include "sockops.bpf.h"
 #include "net.bpf.h"
 #include "block.bpf.h"
 #include "syscall.bpf.h"

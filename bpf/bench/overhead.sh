@@ -70,15 +70,17 @@ def read(tb: Testbed, side: str = "") -> float:
     return float(res["mb_s"])
 
 
-PROGS = ("tcp_probe", "cong_state", "retransmit", "sock_state", "rcv_space", "kfree_skb",
+PROGS = ("tcp_probe", "tcp_sockops", "cong_state", "retransmit", "sock_state", "rcv_space", "kfree_skb",
          "qdisc_enqueue", "bio_", "rq_", "sys_", "usdt_", "tgt_", "lib_")
 
 
-def bpf_run_ns() -> dict[int, int]:
+def bpf_runs() -> dict[int, tuple[str, int, int]]:
+    """Per loaded istrace program: (name, run count, run time ns)."""
     out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
                          check=False).stdout
-    return {p["id"]: int(p.get("run_time_ns", 0)) for p in json.loads(out or "[]")
-            if str(p.get("name", "")).startswith(PROGS)}
+    return {p["id"]: (str(p.get("name")), int(p.get("run_cnt", 0)),
+                      int(p.get("run_time_ns", 0)))
+            for p in json.loads(out or "[]") if str(p.get("name", "")).startswith(PROGS)}
 
 
 def cpu_s(probes: tuple[Probe, ...]) -> float:
@@ -144,11 +146,20 @@ with Testbed(TestbedConfig(name=name, lun_mb=256, offloads=offloads)) as tb:
         try:
             pi, pt = probes(tb, "stats")
             with pi, pt:
-                before, t0 = bpf_run_ns(), time.monotonic()
+                before, t0 = bpf_runs(), time.monotonic()
                 read(tb)
                 wall = time.monotonic() - t0
-                after = bpf_run_ns()
-            bpf_cpu = sum(v - before.get(k, 0) for k, v in after.items()) / 1e9 / wall
+                after = bpf_runs()
+            per: dict[str, list[float]] = {}
+            for k, (name, cnt, ns) in after.items():
+                b = before.get(k, (name, 0, 0))
+                x = per.setdefault(name, [0.0, 0.0])
+                x[0] += (cnt - b[1]) / wall
+                x[1] += (ns - b[2]) / 1e9 / wall
+            bpf_cpu = sum(x[1] for x in per.values())
+            top = sorted(per.items(), key=lambda kv: -kv[1][1])[:8]
+            print("BPF programs, % of one CPU (runs/s): " + ", ".join(
+                f"{n} {100 * c:.2f}% ({r:.0f}/s)" for n, (r, c) in top), flush=True)
         finally:
             subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=False)
 off, on = statistics.median(results["off"]), statistics.median(results["on"])

@@ -30,7 +30,8 @@ def test_list_hooks_names_every_layer() -> None:
     assert r.returncode == 0
     layers = {line.split()[1] for line in r.stdout.splitlines()[1:]}
     assert layers == {"tcp", "net", "block", "syscall", "scsi", "iscsi"}
-    assert "tcp_probe            tcp      tcp_probe                  tp_btf raw_tp" in r.stdout
+    assert "tcp_probe            tcp      tcp_probe                  sockops tp_btf raw_tp " \
+        "tracepoint" in r.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -188,7 +189,7 @@ def test_csv_stream_has_the_jsonl_columns(tmp_path: Path) -> None:
         for fmt in ("csv", "jsonl"):
             out = tmp_path / f"events-initiator.{fmt}"
             r = run_probe("--out", str(out), "--layers", "tcp", "--port", "0",
-                          "--duration", "0.7")
+                          "--duration", "0.7", "--skip-variant", "sockops")
             assert r.returncode == 0, r.stderr
             outs[fmt] = load_events(out)
     finally:
@@ -208,7 +209,7 @@ def test_csv_stream_has_the_jsonl_columns(tmp_path: Path) -> None:
 
 def test_probe_helper_waits_for_a_csv_stream(tmp_path: Path) -> None:
     with Probe(tmp_path / "ev.csv", ["--layers", "tcp"]) as p:
-        assert p.meta["hooks"]["tcp_probe"] == "tp_btf"
+        assert p.meta["hooks"]["tcp_probe"] == "sockops"
         assert p.meta["format"] == "csv" and p.meta["state"] == "running"
     meta = json.loads((tmp_path / "ev.meta.json").read_text())
     assert meta["state"] == "done" and meta["lost"] == 0
@@ -219,7 +220,7 @@ def test_tcp_probe_variants_agree_on_srtt(tmp_path: Path) -> None:
     field is already microseconds (not shifted again).  Both watch the same ACKs at once:
     the values must be equal, and the fallback chain must say what it used."""
     stop = threading.Event()
-    args = ["--layers", "tcp", "--port", "0", "--tcp-sample-ms", "0"]
+    args = ["--layers", "tcp", "--port", "0", "--tcp-sample-ms", "0", "--skip-variant", "sockops"]
     btf = Probe(tmp_path / "btf.jsonl", args).start()
     tp = Probe(tmp_path / "tp.jsonl", [*args, "--skip-variant", "tp_btf",
                                        "--skip-variant", "raw_tp"]).start()
@@ -338,3 +339,100 @@ def test_eagain_retries_are_folded_into_one_line(tmp_path: Path, variant: str) -
     assert (exits["ret"] == 1).sum() == 1  # the write after the drain went through
     assert (writes["event"] == "write_enter").sum() == len(exits) <= 4
     assert writes["ts_ns"].is_monotonic_increasing
+
+
+def _flow(port_holder: list[int], seconds: float) -> None:
+    """One connection to a fresh listener, sending 64 KiB writes for `seconds`; the
+    listener's port goes into port_holder[0] before the connection is made."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", port_holder[0] if port_holder else 0))
+    srv.listen()
+    if not port_holder:
+        port_holder.append(srv.getsockname()[1])
+
+    def sink() -> None:
+        c, _ = srv.accept()
+        while c.recv(1 << 16):
+            pass
+
+    threading.Thread(target=sink, daemon=True).start()
+    cli = socket.create_connection(("127.0.0.1", srv.getsockname()[1]))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        cli.sendall(b"x" * (1 << 16))
+    cli.close()
+    srv.close()
+
+
+def _run_cnt(prog: str) -> int:
+    out = subprocess.run(["bpftool", "prog", "show", "name", prog, "-j"], capture_output=True,
+                         text=True, check=True).stdout
+    progs = json.loads(out or "[]")
+    progs = progs if isinstance(progs, list) else [progs]
+    return sum(int(p.get("run_cnt", 0)) for p in progs)
+
+
+@pytest.fixture
+def bpf_stats():
+    """kernel.bpf_stats_enabled on for the test (programs' run counts), restored after."""
+    path = Path("/proc/sys/kernel/bpf_stats_enabled")
+    old = path.read_text().strip()
+    path.write_text("1")
+    try:
+        yield
+    finally:
+        path.write_text(old)
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.parametrize("variant", ["sockops", "tp_btf"])
+def test_cwnd_costs_per_ack_on_the_traced_port_only(tmp_path: Path, bpf_stats: None,
+                                                     variant: str) -> None:
+    """With sock_ops (the default when no connection on the port is up yet) the traced
+    connection's sender gets cwnd per ACK, and a bulk flow on another port runs the program
+    a handful of times (once per connection), not once per segment as tcp_probe does."""
+    traced, other = _free_port(), _free_port()
+    skip = ["--skip-variant", "sockops"] if variant == "tp_btf" else []
+    prog = "tcp_sockops" if variant == "sockops" else "tcp_probe_btf"
+    out = tmp_path / "ev.jsonl"
+    with Probe(out, ["--layers", "tcp", "--port", str(traced), *skip]) as p:
+        assert p.meta["hooks"]["tcp_probe"] == variant
+        _flow([traced], 1.0)
+        before = _run_cnt(prog)
+        _flow([other], 1.0)
+        runs_other = _run_cnt(prog) - before
+    ev = load_events(out)[0]
+    probe = ev[ev["event"] == "tcp_probe"]
+    assert len(probe) >= 20 and (probe["cwnd"] > 0).all()
+    assert probe["conn"].str.contains(f":{traced}").all()
+    if variant == "sockops":
+        assert runs_other <= 10, runs_other  # the other flow's sockets: established, once
+    else:
+        assert runs_other >= 1000, runs_other  # every segment of every socket
+
+
+def test_sockops_steps_aside_when_the_port_already_has_connections(tmp_path: Path) -> None:
+    """A connection already up would never pass sock_ops: tcp_probe is used, and says why."""
+    port = _free_port()
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", port))
+    srv.listen()
+    cli = socket.create_connection(("127.0.0.1", port))
+    try:
+        r = run_probe("--out", str(tmp_path / "ev.jsonl"), "--layers", "tcp", "--port",
+                      str(port), "--duration", "0.3", "-v")
+    finally:
+        cli.close()
+        srv.close()
+    assert r.returncode == 0, r.stderr
+    meta = read_meta(tmp_path / "ev.jsonl")
+    assert meta is not None and meta["hooks"]["tcp_probe"] == "tp_btf"
+    assert "attached with tp_btf (not sockops: iSCSI connections already up" in \
+        " ".join(r.stderr.split())
