@@ -43,11 +43,13 @@ int tcp_sockops(struct bpf_sock_ops *skops)
 	if (!tp)
 		return 1;
 	sk = &tp->inet_conn.icsk_inet.sk;
+	/* Every istrace-probe attached (one per end on the testbed) runs for every callback
+	 * of a socket any of them turned on: each keeps to its own namespace and port. */
+	if (!sock_wanted_btf(sk))
+		return 1;
 	if (op != SOCKOPS_RTT) {
 		/* once per connection of the host: only the wanted ones get callbacks */
-		if (sock_wanted_btf(sk))
-			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-						  SOCKOPS_RTT_CB_FLAG);
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | SOCKOPS_RTT_CB_FLAG);
 		return 1;
 	}
 	if (cfg.tcp_sample_ns) {

@@ -186,3 +186,20 @@ def test_loss_shows_retransmits_and_ca_states(tmp_path: Path) -> None:
     # the states come back to Open once the losses are repaired
     assert "Open" in set(ca["ca_state"])
     assert all(r.startswith("from ") for r in ca["reason"])
+
+
+def test_cwnd_per_ack_only_at_the_data_sender(read_run) -> None:
+    """sock_ops: every probe's program runs for every callback of a socket any of them turned
+    on, so each must keep to its own namespace; and the data receiver (the initiator, for
+    READs) gets callbacks only for its own small sends, not per data segment."""
+    run, _, _ = read_run
+    ev = {h: pd.read_json(run.dir / f"events-{h}.jsonl", lines=True)
+          for h in ("initiator", "target")}
+    ns = {}
+    for h, e in ev.items():
+        tp = e[e["event"] == "tcp_probe"]
+        assert tp["netns"].nunique() == 1, (h, tp["netns"].unique())
+        ns[h] = tp["netns"].iloc[0]
+    assert ns["initiator"] != ns["target"]
+    n = {h: int((e["event"] == "tcp_probe").sum()) for h, e in ev.items()}
+    assert n["target"] >= 50 and n["initiator"] < n["target"] / 3, n
