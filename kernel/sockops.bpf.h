@@ -25,12 +25,9 @@
 SEC("sockops")
 int tcp_sockops(struct bpf_sock_ops *skops)
 {
-	const struct inet_connection_sock *icsk;
 	const struct tcp_sock *tp;
 	const struct sock *sk;
 	struct bpf_sock *bsk;
-	struct istrace_event *e;
-	struct sock_last now;
 	__u32 op = skops->op;
 
 	if (op != SOCKOPS_ESTABLISHED_ACTIVE && op != SOCKOPS_ESTABLISHED_PASSIVE &&
@@ -52,23 +49,8 @@ int tcp_sockops(struct bpf_sock_ops *skops)
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | SOCKOPS_RTT_CB_FLAG);
 		return 1;
 	}
-	if (cfg.tcp_sample_ns) {
-		icsk = &tp->inet_conn;
-		now.cwnd = tp->snd_cwnd;
-		now.ssthresh = tp->snd_ssthresh;
-		now.snd_wnd = wnd_key(tp->snd_wnd);
-		now.rwnd = wnd_key(tp->rcv_wnd);
-		now.ca_state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
-		if (!sample_due(bpf_sk_storage_get(&sock_last_sk, (void *)sk, NULL,
-						   BPF_SK_STORAGE_GET_F_CREATE), &now,
-				tp->tcp_mstamp))
-			return 1;
-	}
-	e = ev_new(EV_TCP_PROBE);
-	if (!e)
-		return 1;
-	fill_tcp_btf(e, sk, tp, bpf_get_socket_cookie(skops));
-	ev_submit(e);
+	if (tcp_sample_due_btf(sk, tp))
+		emit_tcp_probe_btf(sk, tp, bpf_get_socket_cookie(skops));
 	return 1;
 }
 

@@ -165,39 +165,47 @@ static __always_inline void fill_tcp_btf(struct istrace_event *e, const struct s
 	e->flags |= F_CONN | F_CWND | F_SEQ | F_ACK | F_CA;
 }
 
+/* The tp_btf and sock_ops variants' change-only test, on the socket's own storage. */
+static __always_inline bool tcp_sample_due_btf(const struct sock *sk, const struct tcp_sock *tp)
+{
+	const struct inet_connection_sock *icsk = &tp->inet_conn;
+	struct sock_last now;
+
+	if (!cfg.tcp_sample_ns)
+		return true;
+	now.cwnd = tp->snd_cwnd;
+	now.ssthresh = tp->snd_ssthresh;
+	now.snd_wnd = wnd_key(tp->snd_wnd);
+	now.rwnd = wnd_key(tp->rcv_wnd);
+	now.ca_state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
+	return sample_due(bpf_sk_storage_get(&sock_last_sk, (void *)sk, NULL,
+					     BPF_SK_STORAGE_GET_F_CREATE), &now, tp->tcp_mstamp);
+}
+
+static __always_inline void emit_tcp_probe_btf(const struct sock *sk, const struct tcp_sock *tp,
+					       __u64 cookie)
+{
+	struct istrace_event *e = ev_new(EV_TCP_PROBE);
+
+	if (!e)
+		return;
+	fill_tcp_btf(e, sk, tp, cookie);
+	ev_submit(e);
+}
+
 /* tcp_probe runs for every segment received on the host: the tp_btf variant filters
  * with direct loads through the BTF-typed socket (no helper call per field) and keeps
  * its change-only state in the socket. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe_btf, struct sock *sk, const struct sk_buff *skb)
 {
-	const struct inet_connection_sock *icsk;
 	const struct tcp_sock *tp;
-	struct istrace_event *e;
-	struct sock_last now;
 
 	if (!sock_wanted_btf(sk))
 		return 0;
 	tp = bpf_skc_to_tcp_sock(sk); /* the verifier knows only struct sock here */
-	if (!tp)
-		return 0;
-	if (cfg.tcp_sample_ns) {
-		icsk = &tp->inet_conn;
-		now.cwnd = tp->snd_cwnd;
-		now.ssthresh = tp->snd_ssthresh;
-		now.snd_wnd = wnd_key(tp->snd_wnd);
-		now.rwnd = wnd_key(tp->rcv_wnd);
-		now.ca_state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
-		if (!sample_due(bpf_sk_storage_get(&sock_last_sk, sk, NULL,
-						   BPF_SK_STORAGE_GET_F_CREATE), &now,
-				tp->tcp_mstamp))
-			return 0;
-	}
-	e = ev_new(EV_TCP_PROBE);
-	if (!e)
-		return 0;
-	fill_tcp_btf(e, sk, tp, bpf_get_socket_cookie(sk));
-	ev_submit(e);
+	if (tp && tcp_sample_due_btf(sk, tp))
+		emit_tcp_probe_btf(sk, tp, bpf_get_socket_cookie(sk));
 	return 0;
 }
 
