@@ -76,3 +76,4 @@ def test_report_degrades_and_warns(tmp_path):
 
 def test_report_cli_errors(tmp_path):
     assert report_cli.main([str(tmp_path / "nope")]) == 2
+

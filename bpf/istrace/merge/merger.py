@@ -41,6 +41,7 @@ from istrace.capture import attribution, layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, decode_to_dir
 from istrace.capture.decoded import load_segments as load_segment_table
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, events_file, read_events_table
+from istrace.capture.meta import target_ports
 from istrace.system.paths import MissingBinary
 
 # The events' columns (docs/schema.md §1), then the merger's (§6), then the events' extras.
@@ -86,10 +87,10 @@ def load_segments(pcap: Path, host: str, ports: tuple[int, ...],
     return segs
 
 
-def _decode(pcap: Path, out_dir: Path) -> str | None:
+def _decode(pcap: Path, out_dir: Path, ports: tuple[int, ...]) -> str | None:
     """Run the decoder on a pcap into out_dir; returns a problem text or None."""
     try:
-        decode_to_dir(pcap, out_dir)
+        decode_to_dir(pcap, out_dir, ports=ports)
     except (MissingBinary, DecodeError, OSError) as exc:
         shutil.rmtree(out_dir, ignore_errors=True)
         return f"istrace-decode {pcap.name} failed: {exc}"
@@ -216,13 +217,20 @@ class MergeResult:
     notes: list[str]
 
 
-def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | None = None,
+def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: int | None = None,
               write_csv: bool = True, log: Any = None) -> MergeResult:
-    """Merge everything in d; writes merged.parquet, merged.csv and clock.json."""
+    """Merge everything in d; writes merged.parquet, merged.csv and clock.json. `ports`: the
+    iSCSI target port(s), else the portal meta.json recorded, else 3260."""
     say = log or (lambda m: print(m, file=sys.stderr))
     notes: list[str] = []
     if not d.is_dir():
         raise MergeError(f"{d}: not a directory")
+    if not ports:
+        try:
+            meta = json.loads((d / layout.META).read_text())
+        except (OSError, ValueError):
+            meta = {}
+        ports = target_ports(meta if isinstance(meta, dict) else {})
     events: dict[str, pa.Table] = {}
     lost: dict[str, int] = {}
     for h in HOSTS:
@@ -244,7 +252,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] = (3260,), offset_override: int | 
         pcap = layout.pcap(d, h)
         if not (dd / layout.PDUS).is_file() and pcap.is_file():
             say(f"merge: decoding {pcap.name} into {dd.relative_to(d)}/")
-            problem = _decode(pcap, dd)
+            problem = _decode(pcap, dd, ports)
             if problem:
                 notes.append(f"PDUs of {h} not available: {problem}")
         decoded[h] = load_decoded(dd)

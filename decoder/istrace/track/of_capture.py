@@ -26,8 +26,9 @@ def track_capture(cap: Capture) -> track.TrackResult:
     return res
 
 
-def load_tracked(d: str | Path, decode: bool = True) -> Capture:
+def load_tracked(d: str | Path, decode: bool = True,
+                 ports: tuple[int, ...] | None = None) -> Capture:
     """A capture with its tracker result in `cap.track` (what plots and the report need)."""
-    cap = load_capture(d, decode=decode)
+    cap = load_capture(d, decode=decode, ports=ports)
     cap.track = track_capture(cap)
     return cap

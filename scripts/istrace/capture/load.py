@@ -21,6 +21,7 @@ from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.events import load_events
 from istrace.capture.hoststats import load_hoststats
+from istrace.capture.meta import target_ports
 from istrace.system.paths import MissingBinary
 
 HOSTS = layout.HOSTS
@@ -43,6 +44,7 @@ class Capture:
     cpu: pd.DataFrame | None = None         # sampled CPU use per CPU and process
     merged: pd.DataFrame | None = None
     clock: dict[str, Any] = field(default_factory=dict)
+    ports: tuple[int, ...] = (3260,)  # the iSCSI target port(s) the tables were cut to
     track: Any = None  # istrace.track.of_capture.track_capture fills it in
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -80,7 +82,7 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
         return None
 
 
-def _try_decode(pcap: Path, out: Path) -> str | None:
+def _try_decode(pcap: Path, out: Path, ports: tuple[int, ...]) -> str | None:
     """Run the decoder (istrace.capture.decoded) if it is there; error text or None."""
     try:
         tables = importlib.import_module("istrace.capture.decoded")
@@ -90,14 +92,16 @@ def _try_decode(pcap: Path, out: Path) -> str | None:
     if fn is None:
         return "istrace.capture.decoded has no decode_to_dir"
     try:
-        fn(pcap, out)
+        fn(pcap, out, ports=ports)
     except Exception as exc:  # noqa: BLE001 - any decoder failure degrades to "no PDUs"
         return f"decoding {pcap.name} failed: {exc}"
     return None
 
 
-def load_capture(d: str | Path, decode: bool = True) -> Capture:
-    """Everything `d` holds; raises EmptyCapture when it holds no capture input at all."""
+def load_capture(d: str | Path, decode: bool = True,
+                 ports: tuple[int, ...] | None = None) -> Capture:
+    """Everything `d` holds; raises EmptyCapture when it holds no capture input at all.
+    `ports`: the iSCSI target port(s), else the portal meta.json recorded, else 3260."""
     d = Path(d)
     if not d.is_dir():
         raise EmptyCapture(f"{d}: not a directory")
@@ -113,6 +117,7 @@ def load_capture(d: str | Path, decode: bool = True) -> Capture:
             cap.warnings.append(f"meta.json unreadable: {exc}")
     else:
         cap.missing.append("meta.json (run parameters: delay, workload, capture drops)")
+    cap.ports = tuple(ports) if ports else target_ports(cap.meta)
     clock = d / layout.CLOCK
     if clock.is_file():
         try:
@@ -132,7 +137,7 @@ def load_capture(d: str | Path, decode: bool = True) -> Capture:
                 break
         if found is None and decode:
             out = layout.decoded_dir(d, host)
-            err = _try_decode(pcap, out)
+            err = _try_decode(pcap, out, cap.ports)
             if err is None and (out / layout.PDUS).is_file():
                 found = out
             elif err:
@@ -141,7 +146,7 @@ def load_capture(d: str | Path, decode: bool = True) -> Capture:
         seg_dir = found if found is not None and (found / layout.SEGMENTS).is_file() \
             else layout.decoded_dir(d, host)
         try:
-            cap.segs[host] = conn_and_dir(load_segments(pcap, cache_dir=seg_dir))
+            cap.segs[host] = conn_and_dir(load_segments(pcap, cache_dir=seg_dir), cap.ports)
         except (DecodeError, MissingBinary, OSError) as exc:
             cap.warnings.append(f"{host}.pcap: no TCP segments ({exc})")
             if found is None:

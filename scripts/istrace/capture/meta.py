@@ -70,6 +70,24 @@ def host_info() -> dict[str, Any]:
             "machine": u.machine, "cpus": os.cpu_count()}
 
 
+DEFAULT_PORT = 3260
+
+
+def target_ports(meta: dict[str, Any]) -> tuple[int, ...]:
+    """The iSCSI target port(s) of a capture: the portal meta.json recorded (the testbed's or
+    the one given for real hosts), else 3260."""
+    tb = meta.get("testbed") if isinstance(meta.get("testbed"), dict) else {}
+    env = (meta.get("workload") or {}).get("env") if isinstance(meta.get("workload"), dict) \
+        else None
+    for portal in ((tb or {}).get("portal"), (env or {}).get("ISTRACE_PORTAL")):
+        if isinstance(portal, str) and ":" in portal:
+            try:
+                return (int(portal.rsplit(":", 1)[1]),)
+            except ValueError:
+                continue
+    return (DEFAULT_PORT,)
+
+
 def negotiated(pcap: Path, port: int = 3260) -> dict[str, Any]:
     """Login parameters from the first packets of `pcap` (the decoder on a short prefix)."""
     try:

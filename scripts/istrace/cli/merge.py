@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from istrace.cli.ports import add_port_arg, ports_of
 from istrace.merge.merger import MergeError, merge_dir
 
 
@@ -16,16 +17,12 @@ def main(argv: list[str]) -> int:
         description="Merge DIR/events-{initiator,target}.jsonl, DIR/{initiator,target}.pcap and "
                     "their decodes into DIR/merged.parquet, DIR/merged.csv and DIR/clock.json.")
     ap.add_argument("dir", type=Path)
-    ap.add_argument("--port", type=int, action="append",
-                    help="iSCSI target port (repeatable; default 3260)")
+    add_port_arg(ap)
     ap.add_argument("--offset-ns", type=int, default=None,
                     help="use this clock offset (target minus initiator) instead of estimating")
     ap.add_argument("--no-csv", action="store_true", help="write only merged.parquet")
     a = ap.parse_args(argv)
-    ports = tuple(a.port or [3260])
-    if any(not 0 < p < 65536 for p in ports):
-        print("istrace merge: --port must be 1..65535", file=sys.stderr)
-        return 2
+    ports = ports_of(a)
     t0 = time.monotonic()
     try:
         r = merge_dir(a.dir, ports, a.offset_ns, not a.no_csv)

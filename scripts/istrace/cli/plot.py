@@ -12,6 +12,7 @@ from pathlib import Path
 
 from istrace.capture import layout
 from istrace.capture.load import EmptyCapture
+from istrace.cli.ports import add_port_arg, ports_of
 from istrace.plot.render import KINDS, make_plots
 from istrace.track.of_capture import load_tracked
 
@@ -23,6 +24,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", help="output folder (default DIR/plots)")
     ap.add_argument("--window", help="time window START_MS:END_MS from the first record")
     ap.add_argument("--no-svg", action="store_true", help="PNG only")
+    add_port_arg(ap)
     args = ap.parse_args(argv)
     d = Path(args.dir)
     if not d.is_dir():
@@ -36,7 +38,7 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"loading {d} ...", file=sys.stderr)
     try:
-        cap = load_tracked(d)
+        cap = load_tracked(d, ports=ports_of(args))
     except EmptyCapture as exc:
         print(f"istrace plot: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.load import EmptyCapture, load_capture
 from istrace.capture.outputs import write_track_tables
+from istrace.cli.ports import add_port_arg, ports_of
 from istrace.system.paths import MissingBinary
 from istrace.track import tracker as track
 from istrace.track.of_capture import track_capture
@@ -60,6 +61,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", help="samples CSV (default DIR/track.csv or PCAP-stem.track.csv)")
     ap.add_argument("--pdus", help="pdus.csv to tie losses to commands")
     ap.add_argument("--host", default="initiator", help="capture point of a single pcap")
+    add_port_arg(ap)
     args = ap.parse_args(argv)
     src = Path(args.input)
     pdus = None
@@ -71,13 +73,13 @@ def main(argv: list[str]) -> int:
             return 2
     try:
         if src.is_dir():
-            cap = load_capture(src)
+            cap = load_capture(src, ports=ports_of(args))
             if pdus is not None:
                 cap.pdus["initiator"] = pdus
             res = track_capture(cap)
             out = Path(args.out) if args.out else src / layout.TRACK
         elif src.is_file():
-            segs = conn_and_dir(load_segments(src))
+            segs = conn_and_dir(load_segments(src), ports_of(args) or (3260,))
             res = track.track_pcap(segs, pdus, host=args.host)
             out = Path(args.out) if args.out else src.with_name(src.name.split(".")[0]
                                                                  + ".track.csv")

@@ -392,7 +392,8 @@ class Session:
             stats = self.tb.run_dir / "dummynet.json"
             if stats.exists():
                 self.meta["path_stats"] = json.loads(stats.read_text())
-        self.meta["negotiated"] = capture_meta.negotiated(self.out / "initiator.pcap")
+        self.meta["negotiated"] = capture_meta.negotiated(self.out / "initiator.pcap",
+                                                           capture_meta.target_ports(self.meta)[0])
 
     def teardown(self) -> None:
         if self.tb is not None and self.own_testbed and not self.a.keep:

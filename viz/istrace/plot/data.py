@@ -153,6 +153,11 @@ def default_window(ladder: pd.DataFrame, commands: int = 5) -> tuple[int, int]:
     return start, int(rows["t_recv_end_ns"].max())
 
 
+def no_gaps() -> pd.DataFrame:
+    """The gaps table with no row, typed (an untyped empty frame cannot be ranked)."""
+    return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in ("start_ns", "end_ns", "gap_ns")})
+
+
 def idle_gaps(ladder: pd.DataFrame, min_gap_ns: int = 0) -> pd.DataFrame:
     """Intervals where the data sender sends no data PDU (ladder only, no segments at hand).
 
@@ -160,10 +165,9 @@ def idle_gaps(ladder: pd.DataFrame, min_gap_ns: int = 0) -> pd.DataFrame:
     (a gap includes the last PDU's own send time: `gaps_from_bursts` is exact, use it when the
     segments are there). Columns: start_ns, end_ns, gap_ns.
     """
-    cols = ["start_ns", "end_ns", "gap_ns"]
     ladder = ladder[ladder["kind"].isin(DATA_OPS)]
     if ladder.empty:
-        return pd.DataFrame(columns=cols)
+        return no_gaps()
     s = ladder["t_send_ns"].to_numpy(np.int64)
     e = np.maximum(ladder["t_send_end_ns"].to_numpy(np.int64), s)
     o = np.argsort(s, kind="stable")
@@ -214,7 +218,7 @@ def gaps_from_bursts(bursts: pd.DataFrame, rate_bps: float | None = None) -> pd.
     """Idle intervals between data bursts: from a burst's last segment (+ its serialisation at
     `rate_bps` when known) to the next burst's first. Columns: start_ns, end_ns, gap_ns."""
     if len(bursts) < 2:
-        return pd.DataFrame(columns=["start_ns", "end_ns", "gap_ns"])
+        return no_gaps()
     end = bursts["end_ns"].to_numpy(np.int64)
     if rate_bps:
         per = bursts["bytes"].to_numpy() / np.maximum(bursts["segments"].to_numpy(), 1)

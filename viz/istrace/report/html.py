@@ -77,9 +77,10 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
     path.write_text("\n".join(parts))
 
 
-def report(d: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
+def report(d: Path, out: Path | None = None,
+           ports: tuple[int, ...] | None = None) -> tuple[Path, dict[str, Any]]:
     print(f"report: loading {d} (decode/track as needed) ...", file=sys.stderr)
-    cap = load_tracked(d)
+    cap = load_tracked(d, ports=ports)
     if cap.track is not None and not cap.track.samples.empty:
         write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
                            d / layout.TRACK)
