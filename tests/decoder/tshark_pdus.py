@@ -5,7 +5,8 @@ frame than it starts. PDML keeps the protocol layers in order, so each `iscsi` l
 PDU and the `scsi` layers after it (CDB, sense, data) belong to it. tshark does not report the
 TCP sequence number of a PDU's first byte, so it is rebuilt by chaining PDU lengths per
 direction from the first PDU, and every PDU is checked to end inside the frame tshark put it
-in: a PDU tshark missed or invented breaks the chain and is reported, not hidden.
+in (or, reassembled by a segment that came out of order, to overlap it): a PDU tshark missed
+or invented breaks the chain and is reported, not hidden.
 """
 
 from __future__ import annotations
@@ -158,7 +159,12 @@ def chain_seqs(pdus: list[TPdu]) -> list[str]:
             nxt[key] = (p.frame_seq + p.frame_len - p.length) & 0xFFFFFFFF
         p.tcp_seq = nxt[key]
         end = (p.tcp_seq + p.length - 1) & 0xFFFFFFFF
-        if ((end - p.frame_seq) & 0xFFFFFFFF) >= p.frame_len:
+        # A segment that arrived out of order completes the PDU: tshark shows it in that
+        # frame, which lies inside the PDU rather than at its end (the veth path reorders
+        # under load). A PDU that does not even overlap its frame breaks the chain.
+        overlaps = ((p.frame_seq - p.tcp_seq) & 0xFFFFFFFF) < p.length or \
+            ((p.tcp_seq - p.frame_seq) & 0xFFFFFFFF) < p.frame_len
+        if ((end - p.frame_seq) & 0xFFFFFFFF) >= p.frame_len and not overlaps:
             problems.append(f"frame {p.frame}: PDU {p.fields.get('opcode')} at {p.tcp_seq} "
                             f"len {p.length} does not end in its frame "
                             f"[{p.frame_seq}, +{p.frame_len})")

@@ -110,11 +110,13 @@ def sender_commands(cap: Any, d: str) -> tuple[pd.DataFrame | None, str]:
 
 
 def cpu_use(cap: Any, window: tuple[int, int] | None = None) -> dict[str, dict[str, float]]:
-    """Median CPU use per host from the host sampler: the target daemon and the workload as a
+    """Mean CPU use per host from the host sampler: the target daemon and the workload as a
     share of what they may use (their cgroup cap from meta.json, else one core), and all the
     host's CPUs together (`all_cpus`: on the namespace testbed both ends and the emulated path
     share one machine), over the samples inside `window` (the data phase: idle time before
-    and after the transfer would water a saturated process down)."""
+    and after the transfer would water a saturated process down). The mean, not the median:
+    a process's CPU time comes in 10 ms ticks, so a 5% cap shows 2-3 ticks per 500 ms sample
+    and any one sample is +-40%; their mean is the whole window's ticks over its time."""
     cpu = getattr(cap, "cpu", None)
     if cpu is None or not isinstance(cpu, pd.DataFrame) or cpu.empty \
             or "what" not in cpu.columns or "busy" not in cpu.columns:
@@ -131,10 +133,10 @@ def cpu_use(cap: Any, window: tuple[int, int] | None = None) -> dict[str, dict[s
         if x.empty:
             continue
         if what == "cpu":
-            out.setdefault(host, {})["all_cpus"] = float(x.median())
+            out.setdefault(host, {})["all_cpus"] = float(x.mean())
             continue
         limit = float(caps[what]) / 100.0 if caps[what] else 1.0
-        out.setdefault(host, {})[what] = float(x.median()) / limit if limit > 0 else 0.0
+        out.setdefault(host, {})[what] = float(x.mean()) / limit if limit > 0 else 0.0
     return out
 
 
