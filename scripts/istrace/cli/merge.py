@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from istrace.cli.ports import add_port_arg, ports_of
+from istrace.cli.analysis_args import parse, ports_of
 from istrace.merge.merger import MergeError, merge_dir
 
 
@@ -17,11 +17,10 @@ def main(argv: list[str]) -> int:
         description="Merge DIR/events-{initiator,target}.jsonl, DIR/{initiator,target}.pcap and "
                     "their decodes into DIR/merged.parquet, DIR/merged.csv and DIR/clock.json.")
     ap.add_argument("dir", type=Path)
-    add_port_arg(ap)
     ap.add_argument("--offset-ns", type=int, default=None,
                     help="use this clock offset (target minus initiator) instead of estimating")
     ap.add_argument("--no-csv", action="store_true", help="write only merged.parquet")
-    a = ap.parse_args(argv)
+    a = parse(ap, argv)
     ports = ports_of(a)
     t0 = time.monotonic()
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from istrace.capture import layout
 from istrace.capture.load import EmptyCapture
-from istrace.cli.ports import add_port_arg, ports_of
+from istrace.cli.analysis_args import capture_dir, parse, ports_of
 from istrace.plot.render import KINDS, make_plots
 from istrace.track.of_capture import load_tracked
 
@@ -24,11 +24,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", help="output folder (default DIR/plots)")
     ap.add_argument("--window", help="time window START_MS:END_MS from the first record")
     ap.add_argument("--no-svg", action="store_true", help="PNG only")
-    add_port_arg(ap)
-    args = ap.parse_args(argv)
-    d = Path(args.dir)
-    if not d.is_dir():
-        print(f"istrace plot: {d}: not a directory", file=sys.stderr)
+    args = parse(ap, argv)
+    d = capture_dir("istrace plot", args.dir)
+    if d is None:
         return 2
     kinds = KINDS if args.kind == "all" else [k.strip() for k in args.kind.split(",")]
     bad = [k for k in kinds if k not in KINDS]

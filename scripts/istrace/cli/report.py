@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from istrace.capture.load import EmptyCapture
-from istrace.cli.ports import add_port_arg, ports_of
+from istrace.cli.analysis_args import capture_dir, parse, ports_of
 from istrace.report.html import report
 
 
@@ -20,11 +20,9 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="istrace report", description=__doc__.split("\n")[0])
     ap.add_argument("dir", help="capture directory")
     ap.add_argument("--out", help="HTML file (default DIR/report.html)")
-    add_port_arg(ap)
-    args = ap.parse_args(argv)
-    d = Path(args.dir)
-    if not d.is_dir():
-        print(f"istrace report: {d}: not a directory", file=sys.stderr)
+    args = parse(ap, argv)
+    d = capture_dir("istrace report", args.dir)
+    if d is None:
         return 2
     try:
         path, diag = report(d, Path(args.out) if args.out else None, ports=ports_of(args))

@@ -21,7 +21,7 @@ from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.load import EmptyCapture, load_capture
 from istrace.capture.outputs import write_track_tables
-from istrace.cli.ports import add_port_arg, ports_of
+from istrace.cli.analysis_args import parse, ports_of
 from istrace.system.paths import MissingBinary
 from istrace.track import tracker as track
 from istrace.track.of_capture import track_capture
@@ -61,8 +61,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", help="samples CSV (default DIR/track.csv or PCAP-stem.track.csv)")
     ap.add_argument("--pdus", help="pdus.csv to tie losses to commands")
     ap.add_argument("--host", default="initiator", help="capture point of a single pcap")
-    add_port_arg(ap)
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
     src = Path(args.input)
     pdus = None
     if args.pdus:

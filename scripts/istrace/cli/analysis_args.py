@@ -1,8 +1,11 @@
-"""The --port option of the analysis commands (report, plot, track, merge, compare)."""
+"""What the analysis commands (report, plot, track, merge) share on their command line: the
+--port option and the check that a capture directory exists."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 
 def _port(text: str) -> int:
@@ -21,6 +24,21 @@ def add_port_arg(ap: argparse.ArgumentParser) -> None:
                          "recorded, else 3260)")
 
 
+def parse(ap: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The command's own options plus --port, parsed."""
+    add_port_arg(ap)
+    return ap.parse_args(argv)
+
+
 def ports_of(a: argparse.Namespace) -> tuple[int, ...] | None:
     """The ports given, or None: the capture's own (meta.json) then."""
     return tuple(a.port) if a.port else None
+
+
+def capture_dir(prog: str, text: str) -> Path | None:
+    """`text` as a directory, or None after one line on stderr saying it is not one."""
+    d = Path(text)
+    if not d.is_dir():
+        print(f"{prog}: {d}: not a directory", file=sys.stderr)
+        return None
+    return d
