@@ -135,9 +135,37 @@ _GENERIC = {
 NO_MODEL = ("network_queueing", "host_cpu_target", "host_cpu_initiator")
 
 
+def cpu_ceiling(ev: dict[str, Any]) -> tuple[float, float] | None:
+    """(MB/s, busiest share): the throughput at which the busiest CPU the sampler saw (a
+    machine's CPUs, or a capped process's share of its cap) would be full, if CPU grows with
+    throughput. None without CPU samples."""
+    now = ev.get("throughput_MBps")
+    use = ev.get("cpu_use") or {}
+    busiest = max((float(x) for h in use.values() for x in h.values()), default=0.0)
+    if not now or busiest < 0.05:
+        return None
+    return now / min(busiest, 1.0), busiest
+
+
 def what_would_help(primary: str, secondary: list[str], shares: dict[str, float],
                     ev: dict[str, Any]) -> list[dict[str, Any]]:
-    """Suggestions for the primary then the secondary causes, each with a prediction."""
+    """Suggestions for the primary then the secondary causes, each with a prediction, and
+    none above the CPU ceiling: the models are of time, and freeing time costs CPU."""
+    out = _suggestions(primary, secondary, shares, ev)
+    ceiling = cpu_ceiling(ev)
+    if ceiling is not None:
+        top, busiest = ceiling
+        for h in out:
+            if h.get("predicted_MBps") and h["predicted_MBps"] > top:
+                h["predicted_MBps"] = round(top, 2)
+                h["model"] = (f"{h['model']}; " if h.get("model") else "") + (
+                    f"capped at the CPU ceiling, now / the busiest CPU's share "
+                    f"({busiest * 100:.0f}%)")
+    return out
+
+
+def _suggestions(primary: str, secondary: list[str], shares: dict[str, float],
+                 ev: dict[str, Any]) -> list[dict[str, Any]]:
     now = ev.get("throughput_MBps")
     now_Bps = now * 1e6 if now else None
     cap = ev.get("capacity_MBps")
