@@ -26,3 +26,12 @@ def test_no_prediction_past_the_cpu_ceiling():
     ev["cpu_use"] = {"target": {"tgtd": 1.0, "all_cpus": 0.1}}
     [little] = what_would_help("initiator_concurrency", [], {"initiator_concurrency": 0.9}, ev)
     assert little["predicted_MBps"] == pytest.approx(80.0)
+
+
+def test_the_setting_is_data_not_prose():
+    """Scripts (the scenario suite's help runs) apply the advised setting from `value`."""
+    [little] = what_would_help("initiator_concurrency", [], {"initiator_concurrency": 0.9}, EV)
+    assert little["value"] == 4 and "to 4 " in little["change"]
+    [buf] = what_would_help("tcp_rwnd", [], {"tcp_rwnd": 0.9},
+                            {**EV, "rcvbuf_max": 65536.0, "rtt_base_ms": 20.0})
+    assert buf["value"] == 4 * 65536 and f"{4 * 65536} bytes" in buf["change"]

@@ -39,8 +39,8 @@ class Scenario:
     why: str
     cc: str = "reno"
     # "What would help", checked: the change the verdict should advise for the primary cause,
-    # run as a second capture. `{want}` in the workload is the advice's target number ("from
-    # 2 to 8": 8), `{bytes}` in the testbed flags its byte count.
+    # run as a second capture. `{value}` in either is the setting the advice names (its
+    # `value` in verdict.json: commands outstanding, buffer bytes).
     help_testbed: tuple[str, ...] | None = None
     help_workload: str | None = None
 
@@ -62,13 +62,13 @@ SCENARIOS: tuple[Scenario, ...] = (
              "initiator_concurrency", None,
              "two 256 KiB READs outstanding over 40 ms: a flat ceiling at 2",
              help_testbed=("--delay", "20ms"),
-             help_workload="gen --size 256k --queue-depth {want} --time 6"),
+             help_workload="gen --size 256k --queue-depth {value} --time 6"),
     # No --rate here: through the rate-limited path a full send buffer makes tgtd retry
     # write() on EAGAIN in a busy loop (millions of syscall events in seconds).
     Scenario("rwnd", ("--delay", "10ms", "--ini-rmem", "64k"),
              "gen --size 1M --queue-depth 8 --time 3", "tcp_rwnd", None,
              "the initiator's receive buffer capped at 64 KiB: one small window per 20 ms",
-             help_testbed=("--delay", "10ms", "--ini-rmem", "{bytes}")),
+             help_testbed=("--delay", "10ms", "--ini-rmem", "{value}")),
     Scenario("sndbuf", ("--delay", "10ms", "--tgt-wmem", "64k"),
              "gen --size 1M --queue-depth 8 --time 3", "tcp_sndbuf", None,
              "the target's send buffer capped at 64 KiB"),
@@ -199,20 +199,12 @@ def gen_MBps(d: Path) -> float | None:
     return float(m[-1]) if m else None
 
 
-def _fill(template: str, change: str) -> str | None:
-    """The scenario's change with the advice's numbers: `{want}` the advice's target ("from 2
-    to 8": 8), `{bytes}` its byte count; None when the advice carries no such number."""
-    if "{want}" in template:
-        m = re.search(r"\bto (\d+)\b", change)
-        if not m:
-            return None
-        template = template.replace("{want}", m.group(1))
-    if "{bytes}" in template:
-        m = re.search(r"(\d+) bytes", change)
-        if not m:
-            return None
-        template = template.replace("{bytes}", m.group(1))
-    return template
+def _fill(template: str, value: int | None) -> str | None:
+    """The scenario's change with the advice's setting in place of `{value}`; None when the
+    template wants one and the advice names none."""
+    if "{value}" not in template:
+        return template
+    return None if value is None else template.replace("{value}", str(int(value)))
 
 
 def check_help(sc: Scenario, v: dict[str, Any], out: Path, name: str) -> dict[str, Any]:
@@ -225,11 +217,11 @@ def check_help(sc: Scenario, v: dict[str, Any], out: Path, name: str) -> dict[st
                            "help_model": (advice[0].get("model") or "") if advice else "",
                            "help_predicted_MBps": advice[0].get("predicted_MBps")
                            if advice else None}
-    change = row["help_advice"]
-    tb = [_fill(a, change) for a in (sc.help_testbed or sc.testbed)]
-    wl = _fill(sc.help_workload or sc.workload, change)
+    value = advice[0].get("value") if advice else None
+    tb = [_fill(a, value) for a in (sc.help_testbed or sc.testbed)]
+    wl = _fill(sc.help_workload or sc.workload, value)
     if wl is None or any(a is None for a in tb):
-        row["help_status"] = "no number in the advice to apply"
+        row["help_status"] = "the advice names no setting to apply"
         return row
     testbed = tuple(a for a in tb if a is not None)
     row["help_run"] = " ".join((*testbed, "--workload", repr(wl)))

@@ -59,7 +59,7 @@ def _concurrency(ev: dict[str, Any], now: float | None, cap: float | None) -> li
                     "change": f"raise the commands outstanding from {n} to {want} (queue "
                               "depth / cmds_max / the workload's own I/O depth)",
                     "model": "Little's law: outstanding x size / response time",
-                    "predicted_MBps": _mb(pred), "now_MBps": _mb(now)})
+                    "value": want, "predicted_MBps": _mb(pred), "now_MBps": _mb(now)})
     owd = ev.get("one_way_ms")
     if n == 1 and size and owd and cap:
         big = 4 * size
@@ -68,6 +68,7 @@ def _concurrency(ev: dict[str, Any], now: float | None, cap: float | None) -> li
                     "change": f"larger commands: {int(size)} -> {int(big)} bytes per READ "
                               "(max_sectors_kb / the application's request size)",
                     "model": "the study's eq. (1): size / (4 x one-way delay + size / rate)",
+                    "value": int(big),
                     "predicted_MBps": _mb(pred), "now_MBps": _mb(now)})
     return out
 
@@ -86,17 +87,19 @@ def _buffer(cause: str, ev: dict[str, Any], share: float, now: float | None,
     else:
         buf = ev.get("sndbuf_max")
     if bdp:
-        change = f"raise {knob} to at least 2 x the bandwidth-delay product, {int(2 * bdp)} bytes"
+        value: int | None = int(2 * bdp)
+        change = f"raise {knob} to at least 2 x the bandwidth-delay product, {value} bytes"
         # One window per round trip: a window of one BDP fills the link.
         pred: float | None = cap
     elif buf and now:
         # No capacity known: throughput is one window per round trip, so four times the
         # buffer gives up to four times as much, until the time this cause holds is gone.
-        change = f"raise {knob} from {int(buf)} to 4 x that, {int(4 * buf)} bytes"
+        value = int(4 * buf)
+        change = f"raise {knob} from {int(buf)} to 4 x that, {value} bytes"
         pred = min(4 * now, _removed(share, now) or 4 * now)
     else:
-        change, pred = f"raise {knob}", None
-    return {"cause": cause, "change": change,
+        change, pred, value = f"raise {knob}", None, None
+    return {"cause": cause, "change": change, "value": value,
             "model": "window / RTT (bandwidth-delay product)",
             "predicted_MBps": _mb(pred), "now_MBps": _mb(now)}
 
