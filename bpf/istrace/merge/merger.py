@@ -41,7 +41,7 @@ from istrace.capture import attribution, layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, decode_to_dir
 from istrace.capture.decoded import load_segments as load_segment_table
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, events_file, read_events_table
-from istrace.capture.meta import target_ports
+from istrace.capture.meta import read_meta, target_ports
 from istrace.system.paths import MissingBinary
 
 # The events' columns (docs/schema.md §1), then the merger's (§6), then the events' extras.
@@ -227,10 +227,9 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         raise MergeError(f"{d}: not a directory")
     if not ports:
         try:
-            meta = json.loads((d / layout.META).read_text())
+            ports = target_ports(read_meta(d))
         except (OSError, ValueError):
-            meta = {}
-        ports = target_ports(meta if isinstance(meta, dict) else {})
+            ports = target_ports({})
     events: dict[str, pa.Table] = {}
     lost: dict[str, int] = {}
     for h in HOSTS:

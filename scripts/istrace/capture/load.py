@@ -21,7 +21,7 @@ from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.events import load_events
 from istrace.capture.hoststats import load_hoststats
-from istrace.capture.meta import target_ports
+from istrace.capture.meta import DEFAULT_PORT, read_meta, target_ports
 from istrace.system.paths import MissingBinary
 
 HOSTS = layout.HOSTS
@@ -44,7 +44,7 @@ class Capture:
     cpu: pd.DataFrame | None = None         # sampled CPU use per CPU and process
     merged: pd.DataFrame | None = None
     clock: dict[str, Any] = field(default_factory=dict)
-    ports: tuple[int, ...] = (3260,)  # the iSCSI target port(s) the tables were cut to
+    ports: tuple[int, ...] = (DEFAULT_PORT,)  # the iSCSI target port(s) the tables were cut to
     track: Any = None  # istrace.track.of_capture.track_capture fills it in
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -109,10 +109,9 @@ def load_capture(d: str | Path, decode: bool = True,
         raise EmptyCapture(f"{d}: no capture input (no initiator.pcap, target.pcap or "
                            "events-*.jsonl/csv): run `istrace capture --out DIR` first")
     cap = Capture(dir=d)
-    meta = d / layout.META
-    if meta.is_file():
+    if (d / layout.META).is_file():
         try:
-            cap.meta = json.loads(meta.read_text())
+            cap.meta = read_meta(d)
         except ValueError as exc:
             cap.warnings.append(f"meta.json unreadable: {exc}")
     else:

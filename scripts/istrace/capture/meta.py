@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from istrace.capture import layout
 from istrace.system import paths
 
 _COUNTERS = {
@@ -71,6 +72,18 @@ def host_info() -> dict[str, Any]:
 
 
 DEFAULT_PORT = 3260
+
+
+def read_meta(d: Path) -> dict[str, Any]:
+    """A capture directory's meta.json ({} when there is none); ValueError when it is not a
+    JSON object."""
+    path = d / layout.META
+    if not path.is_file():
+        return {}
+    meta = json.loads(path.read_text())
+    if not isinstance(meta, dict):
+        raise ValueError("not a JSON object")
+    return meta
 
 
 def target_ports(meta: dict[str, Any]) -> tuple[int, ...]:

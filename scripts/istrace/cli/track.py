@@ -20,6 +20,7 @@ import pandas as pd
 from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.load import EmptyCapture, load_capture
+from istrace.capture.meta import DEFAULT_PORT
 from istrace.capture.outputs import write_track_tables
 from istrace.cli.analysis_args import parse, ports_of
 from istrace.system.paths import MissingBinary
@@ -78,7 +79,7 @@ def main(argv: list[str]) -> int:
             res = track_capture(cap)
             out = Path(args.out) if args.out else src / layout.TRACK
         elif src.is_file():
-            segs = conn_and_dir(load_segments(src), ports_of(args) or (3260,))
+            segs = conn_and_dir(load_segments(src), ports_of(args) or (DEFAULT_PORT,))
             res = track.track_pcap(segs, pdus, host=args.host)
             out = Path(args.out) if args.out else src.with_name(src.name.split(".")[0]
                                                                  + ".track.csv")
