@@ -82,11 +82,12 @@ def test_whole_layer_unavailable_is_reported(tmp_path: Path) -> None:
     assert "layer tcp not attached: not in --layers" in err
 
 
-def _loopback_traffic(stop: threading.Event) -> None:
+def _flow(port: int = 0, seconds: float = 10.0, stop: threading.Event | None = None) -> None:
+    """One loopback connection to a fresh listener on `port` (0: any), sending 64 KiB writes
+    for `seconds` or until `stop` is set."""
     srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
+    srv.bind(("127.0.0.1", port))
     srv.listen()
-    port = srv.getsockname()[1]
 
     def sink() -> None:
         c, _ = srv.accept()
@@ -94,12 +95,16 @@ def _loopback_traffic(stop: threading.Event) -> None:
             pass
 
     threading.Thread(target=sink, daemon=True).start()
-    cli = socket.create_connection(("127.0.0.1", port))
-    deadline = time.monotonic() + 10
-    while not stop.is_set() and time.monotonic() < deadline:
+    cli = socket.create_connection(("127.0.0.1", srv.getsockname()[1]))
+    deadline = time.monotonic() + seconds
+    while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
         cli.sendall(b"x" * (1 << 16))
     cli.close()
     srv.close()
+
+
+def _loopback_traffic(stop: threading.Event) -> None:
+    _flow(stop=stop)
 
 
 def test_kill_9_leaves_complete_lines(tmp_path: Path) -> None:
@@ -341,29 +346,6 @@ def test_eagain_retries_are_folded_into_one_line(tmp_path: Path, variant: str) -
     assert writes["ts_ns"].is_monotonic_increasing
 
 
-def _flow(port_holder: list[int], seconds: float) -> None:
-    """One connection to a fresh listener, sending 64 KiB writes for `seconds`; the
-    listener's port goes into port_holder[0] before the connection is made."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", port_holder[0] if port_holder else 0))
-    srv.listen()
-    if not port_holder:
-        port_holder.append(srv.getsockname()[1])
-
-    def sink() -> None:
-        c, _ = srv.accept()
-        while c.recv(1 << 16):
-            pass
-
-    threading.Thread(target=sink, daemon=True).start()
-    cli = socket.create_connection(("127.0.0.1", srv.getsockname()[1]))
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        cli.sendall(b"x" * (1 << 16))
-    cli.close()
-    srv.close()
-
-
 def _run_cnt(prog: str) -> int:
     out = subprocess.run(["bpftool", "prog", "show", "name", prog, "-j"], capture_output=True,
                          text=True, check=True).stdout
@@ -404,9 +386,9 @@ def test_cwnd_costs_per_ack_on_the_traced_port_only(tmp_path: Path, bpf_stats: N
     out = tmp_path / "ev.jsonl"
     with Probe(out, ["--layers", "tcp", "--port", str(traced), *skip]) as p:
         assert p.meta["hooks"]["tcp_probe"] == variant
-        _flow([traced], 1.0)
+        _flow(traced, 1.0)
         before = _run_cnt(prog)
-        _flow([other], 1.0)
+        _flow(other, 1.0)
         runs_other = _run_cnt(prog) - before
     ev = load_events(out)[0]
     probe = ev[ev["event"] == "tcp_probe"]
