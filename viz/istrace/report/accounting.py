@@ -264,9 +264,10 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
                        sock: pd.DataFrame | None, capacity_bps: float | None,
                        cpu: dict[str, float], link_busy: float | None = None,
                        first_loss_ns: int | None = None,
-                       pdu_spans: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                       pdu_spans: tuple[np.ndarray, np.ndarray] | None = None,
+                       conn: str | None = None) -> None:
     """Add one connection's data phase (segments of direction acc.direction, as seen at the
-    sender) to `acc`.
+    sender) to `acc`, and with `conn` keep its own share in acc.per_connection.
 
     With the path's capacity known, the link is busy `link_busy` of the span (all connections'
     bytes / capacity over their common span), whatever the sender's own burst pattern looks
@@ -279,20 +280,26 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
     acc.span_ns += one.span_ns
     acc.bytes += one.bytes
     acc.unsure += one.unsure
+    mine = Accounting(direction=acc.direction, sender=acc.sender)
     if link_busy is None or one.span_ns <= 0:
-        for k, v in one.time_ns.items():
-            acc.add(k, v)
-        return
-    link = min(link_busy, 1.0) * one.span_ns
-    acc.add("network_capacity", link)
-    rest = {k: v for k, v in one.time_ns.items() if k != "network_capacity"}
-    total = sum(rest.values())
-    left = one.span_ns - link
-    if total <= 0:
-        acc.add("sending_unexplained", left)
-        return
-    for k, v in rest.items():
-        acc.add(k, v * left / total)
+        mine.time_ns = dict(one.time_ns)
+    else:
+        link = min(link_busy, 1.0) * one.span_ns
+        mine.add("network_capacity", link)
+        rest = {k: v for k, v in one.time_ns.items() if k != "network_capacity"}
+        total = sum(rest.values())
+        left = one.span_ns - link
+        if total <= 0:
+            mine.add("sending_unexplained", left)
+        else:
+            for k, v in rest.items():
+                mine.add(k, v * left / total)
+    for k, v in mine.time_ns.items():
+        acc.add(k, v)
+    if conn is not None:
+        acc.connections.append(conn)
+        acc.per_connection[conn] = {"time_ns": mine.time_ns, "bytes": one.bytes,
+                                    "span_ns": one.span_ns}
 
 
 def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,

@@ -268,16 +268,10 @@ def account(cap: Capture) -> accounting.Accounting | None:
         if not samples.empty:
             samples = samples[(samples["dir"].astype(str) == d)
                               & (samples["conn"].astype(str) == str(conn))]
-        before, bytes0, span0 = dict(acc.time_ns), acc.bytes, acc.span_ns
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
-                                      _pdu_spans(pdus, c, seg_host, d))
-        acc.connections.append(str(conn))
-        acc.per_connection[str(conn)] = {
-            "time_ns": {k: v - before.get(k, 0) for k, v in acc.time_ns.items()
-                        if v > before.get(k, 0)},
-            "bytes": acc.bytes - bytes0, "span_ns": acc.span_ns - span0}
+                                      _pdu_spans(pdus, c, seg_host, d), conn=str(conn))
     return acc
 
 
