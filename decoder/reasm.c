@@ -67,13 +67,15 @@ static void force_gap(struct decoder *d, struct conn *c, int dir, uint32_t upto)
 {
 	struct stream *s = &c->s[dir];
 	struct decode_stats *st = decoder_stats(d);
-	if (!seq_lt(s->next_seq, upto))
-		return;
-	uint32_t n = upto - s->next_seq;
-	st->gaps++;
-	st->gap_bytes += n;
-	stream_gap(d, c, dir, n, 0);
-	s->next_seq = upto;
+	if (seq_lt(s->next_seq, upto)) {
+		uint32_t n = upto - s->next_seq;
+		st->gaps++;
+		st->gap_bytes += n;
+		stream_gap(d, c, dir, n, 0);
+		s->next_seq = upto;
+	}
+	/* Always: a queue head at or behind next_seq must leave, or callers looping on
+	 * s->ooo would never end. */
 	drain(d, c, dir);
 }
 
@@ -121,8 +123,9 @@ void reasm_segment(struct decoder *d, struct conn *c, int dir, const struct tcp_
 		if (!s->have_isn || s->isn != g->seq) {
 			s->have_isn = 1;
 			s->isn = g->seq;
-			if (s->have_seq && s->started) {
-				/* A new connection on the same ports: finish the old byte stream. */
+			if (s->have_seq && (s->started || s->ooo)) {
+				/* A new connection on the same ports: finish the old byte stream,
+				 * early bytes still queued included. */
 				reasm_end(d, c, dir);
 				if (dir == DIR_I2T) {
 					/* ... and its login starts again without digests. */

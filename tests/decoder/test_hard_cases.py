@@ -700,6 +700,29 @@ def test_same_four_tuple_reused_after_fin(dec: Path, tmp: Path) -> None:
                   conv)
 
 
+def test_new_isn_with_early_bytes_queued(dec: Path, tmp: Path) -> None:
+    """A SYN with a new ISN while early bytes of the old stream wait in the reorder queue
+    (the old stream never delivered a byte), and the capture ends before the new stream
+    delivers any. It used to spin for ever at the end (a fuzz finding): the queue head lay
+    behind the new stream's next byte, where no gap could reach it. Both streams must end,
+    and a second session after that must decode exactly."""
+    a = dc.basic(flow=pw.Flow(ini_isn=1000, tgt_isn=5_000_000))
+    syn = next(s for s in a.segments() if s.dir == "i2t" and s.flags & pw.TCP_SYN)
+    early = pw.Segment("i2t", syn.seq + 1 + 48, 0, pw.TCP_ACK, b"\0" * 100)
+    b = dc.basic(flow=pw.Flow(ini_isn=1_000_000, tgt_isn=9_000_000))
+    syn_b = next(s for s in b.segments() if s.dir == "i2t" and s.flags & pw.TCP_SYN)
+    pk = pw.packets_of(a.flow, [syn, early, syn_b], t0_ns=T0)
+    res = decode(dec, Path(pw.write_capture(str(tmp / "isn.pcap"), pk)))
+    assert res.rc == 3 and "no iSCSI PDUs found (3 packets" in res.stderr, res.stderr
+    c = dc.basic(flow=pw.Flow(ini_isn=0x7000_0000, tgt_isn=0x9000_0000))
+    pk += pw.packets_of(c.flow, c.segments(), t0_ns=T0 + 10**9)
+    res = decode(dec, Path(pw.write_capture(str(tmp / "isn2.pcap"), pk)))
+    assert res.rc == 0, res.stderr
+    ts = res.pdus["ts_ns"].astype("int64")
+    check_all(Decoded(res.rc, res.stderr, res.pdus[ts >= T0 + 10**9], res.commands,
+                      res.connections, res.outdir), c)
+
+
 def test_tables_load_in_pandas_as_they_are(dec: Path, tmp: Path) -> None:
     """docs/schema.md: pd.read_csv / pd.read_json(lines=True) with no options give usable
     columns: numbers numeric, tags and names as text."""
