@@ -78,6 +78,7 @@ static int send_data_out(struct worker *w, struct cmd *k, uint32_t ttt, uint32_t
 		}
 		if (conn_send_pdu(c, bhs, k->buf + off, n) < 0)
 			return -1;
+		w->data_out_pdus++;
 		off += n;
 	}
 	return 0;
@@ -251,6 +252,7 @@ static int on_pdu(struct worker *w)
 		}
 		if (conn_recv_data(c, &h, k->buf + h.offset) < 0)
 			return -1;
+		w->data_in_pdus++;
 		k->got += h.dsl;
 		k->next_datasn++;
 		if (h.flags & DIN_S)
@@ -286,6 +288,7 @@ static int on_pdu(struct worker *w)
 		}
 		if (h.dsl && conn_recv_data(c, &h, NULL) < 0)
 			return -1;
+		w->r2ts++;
 		return send_data_out(w, k, h.ttt, h.offset, h.word44);
 	default:
 		return session_unsolicited(&w->s, &h);

@@ -48,6 +48,9 @@ struct worker {
 	uint64_t rng;
 	int opened; /* session already open (session 0 is opened by main) */
 	uint64_t unit_attentions;
+	/* PDUs of the workload's commands, so a sweep can see the PDU size and R2T count the
+	 * target chose rather than assume the negotiated ones */
+	uint64_t data_in_pdus, data_out_pdus, r2ts;
 	unsigned pending_retry; /* commands waiting to be re-issued */
 	uint64_t progress_ns;   /* last Data-In / SCSI Response / R2T */
 	pthread_t th;

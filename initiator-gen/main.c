@@ -455,14 +455,20 @@ static int run_iscsi(struct gen_opts *o)
 		}
 	}
 	char extra[1200];
-	uint64_t ua = 0, nops = 0;
+	uint64_t ua = 0, nops = 0, din = 0, dout = 0, r2t = 0;
 	for (unsigned i = 0; i < o->sessions; i++) {
 		ua += ws[i].unit_attentions;
 		nops += ws[i].s.nop_pings;
+		din += ws[i].data_in_pdus;
+		dout += ws[i].data_out_pdus;
+		r2t += ws[i].r2ts;
 	}
-	negotiated_json(s0, r, extra, sizeof(extra) - 64);
-	snprintf(extra + strlen(extra), 64, ", \"unit_attentions\": %llu, \"nop_pings\": %llu",
-		 (unsigned long long)ua, (unsigned long long)nops);
+	negotiated_json(s0, r, extra, sizeof(extra) - 200);
+	snprintf(extra + strlen(extra), 200,
+		 ", \"unit_attentions\": %llu, \"nop_pings\": %llu, \"pdus\": {\"data_in\": %llu, "
+		 "\"data_out\": %llu, \"r2t\": %llu}",
+		 (unsigned long long)ua, (unsigned long long)nops, (unsigned long long)din,
+		 (unsigned long long)dout, (unsigned long long)r2t);
 	stats_summary(st, o->json, "iscsi", code, msg, extra);
 	for (unsigned i = 0; i < o->sessions; i++)
 		worker_free(&ws[i]);

@@ -50,3 +50,30 @@ def test_window_bound_seed_002():
     assert m.window_bound(20 * 296, 0.0004) == pytest.approx(14.8e6)
     assert m.best_sessions(25e6, 5e6) == pytest.approx(5.0)
     assert math.isclose(m.window_bound(1 << 20, 0.1), 10485760.0)
+
+
+def test_eq3_r2t_rounds_follow_rfc7143():
+    # 1 MiB WRITE, 16 KiB bursts, 8 KiB of immediate data: the rest in 63.5 -> 64 bursts
+    assert m.r2t_rounds(1 << 20, 16384, 16384, True, True, 8192) == 64
+    # no immediate data, InitialR2T=Yes: every byte solicited
+    assert m.r2t_rounds(1 << 20, 262144, 65536, False, True, 8192) == 4
+    # InitialR2T=No: the first burst goes unsolicited; a 64 KiB write needs no R2T at all
+    assert m.r2t_rounds(64 << 10, 262144, 65536, True, False, 8192) == 0
+    # ImmediateData only: the command carries 8 KiB, the remaining 56 KiB need one R2T
+    assert m.r2t_rounds(64 << 10, 262144, 65536, True, True, 8192) == 1
+    with pytest.raises(ValueError):
+        m.r2t_rounds(1 << 20, 0, 65536, True, True, 8192)
+
+
+def test_eq3_pdu_size_and_round_trips():
+    rate, rtt = 40e6, 0.002
+    # 512-byte PDUs carry 48 bytes of header each: 2048 of them on a 1 MiB READ
+    assert m.data_pdus(1 << 20, 512) == 2048
+    assert m.wire_bytes(1 << 20, 512) - m.wire_bytes(1 << 20, 262144) > 2044 * 48
+    small, big = (m.iscsi_throughput(1 << 20, p, rtt, rate) for p in (512, 262144))
+    assert 0.85 * big < small < big                   # headers alone cost under 15 %
+    # each R2T round trip costs one RTT: 64 of them dominate a 1 MiB write at 2 ms
+    t = m.command_seconds(1 << 20, 8192, rtt, rate, rounds=64)
+    assert t == pytest.approx(65 * rtt + m.wire_bytes(1 << 20, 8192) / rate)
+    # queue depth fills the link but never passes it
+    assert m.iscsi_throughput(1 << 20, 8192, rtt, rate, queue_depth=64) < rate

@@ -100,3 +100,32 @@ def test_bad_arguments():
     with pytest.raises(SystemExit):
         reproduce.main(["nosuch"])
     assert reproduce.main(["window", "--time", "0", "--plot-only"]) == 2
+
+
+def test_params_plot_and_findings(tmp_path, capsys):
+    from istrace.reproduce import params as repro_params
+
+    rows = []
+    for p in repro_params.plan(quick=False):
+        rtt = 2 * p["delay_ms"] + 0.05
+        neg = {"MaxRecvDataSegmentLength": p["mrdsl"], "TargetMaxRecvDataSegmentLength": 8192,
+               "MaxBurstLength": p["max_burst"], "FirstBurstLength": p["first_burst"],
+               "ImmediateData": p["immediate"], "InitialR2T": p["initial_r2t"]}
+        model_mbps, rounds = repro_params.predict(p, neg, rtt)
+        pdu = 8192 if p["write"] else p["mrdsl"]
+        if p["series"] == "burst-read":
+            pdu = 262144      # a target that ignores MaxBurstLength on Data-In
+        pdus = m.data_pdus(p["size"], pdu)
+        # 10 µs of per-PDU work the model does not have
+        mbps = p["size"] / (p["size"] / (model_mbps * m.MB) + pdus * 10e-6) / m.MB
+        rows.append(p | {"mbps": mbps, "commands": 10, "pdus_per_cmd": pdus,
+                         "r2t_per_cmd": rounds, "pdu_bytes": p["size"] / pdus,
+                         "neg_max_burst": p["max_burst"], "model_mbps": model_mbps,
+                         "model_r2t": rounds, "ratio": mbps / model_mbps, "rtt_ms": rtt})
+    _write(tmp_path / "params.csv", repro_params.COLUMNS, rows)
+    assert reproduce.main(["params", "--plot-only", "--out", str(tmp_path)]) == 0
+    _png_ok(tmp_path / "repro-params.png")
+    out = capsys.readouterr().out
+    assert "the model leaves out 10.0 µs per data PDU" in out
+    assert "burst-read: the target sent Data-In PDUs of 262144 B with MaxBurstLength=16384" in out
+    assert "R2Ts per command match the model's rounds at 28/28 points" in out

@@ -93,3 +93,36 @@ def test_window_quick(quick_run):
     # the same delay. (How much smaller its window comes out varies run to run with the
     # kernel's receive-buffer accounting, so only the direction is asserted.)
     assert (m[536] <= 1.1 * m[1460]).all()
+
+
+def test_params_quick(quick_run):
+    rc, out = quick_run("params")
+    df = ok_rows(out / "params.csv")
+    png_ok(out / "repro-params.png")
+    assert rc == 0 and len(df) == 18
+    # both ends were told every key: what was negotiated is what the point asked for
+    assert (df["neg_max_burst"] == df["max_burst"]).all()
+    assert (df["neg_first_burst"] == df["first_burst"]).all()
+    assert (df["neg_initial_r2t"] == df["initial_r2t"]).all()
+    assert (df["neg_immediate"] == df["immediate"]).all()
+    reads = df[df.series == "pdu-size"]
+    assert (reads["neg_mrdsl"] == reads["mrdsl"]).all()
+    # the PDUs counted on the wire are the negotiated size: 1 MiB / MRDSL per READ
+    assert (reads["pdus_per_cmd"] == 2**20 / reads["mrdsl"]).all()
+    # every WRITE took exactly the R2T round trips RFC 7143 gives for its keys
+    writes = df[df.write == 1]
+    assert ((writes["r2t_per_cmd"] - writes["model_r2t"]).abs() < 0.5).all()
+
+    def at(series, value, d):
+        return float(df[(df.series == series) & (df.value.astype(str) == value) &
+                        (df.delay_ms == d)]["mbps"].iloc[0])
+
+    for d in (1.0, 5.0):
+        # each extra burst waits for an R2T: 64 bursts per MiB are far slower than 4
+        assert at("burst-write", "16384", d) < 0.5 * at("burst-write", "262144", d)
+        # InitialR2T=No sends a 64 KiB write without waiting for any R2T
+        assert at("unsolicited", "unsolicited", d) > 1.3 * at("unsolicited", "R2T", d)
+    # round-trip-bound writes are what eq. 3 says they are
+    assert writes["ratio"].between(0.75, 1.15).all(), writes[["series", "value", "ratio"]]
+    # 512-byte PDUs cost more than their headers: slower than 8 KiB ones at 1 ms
+    assert at("pdu-size", "512", 1.0) < 0.9 * at("pdu-size", "8192", 1.0)

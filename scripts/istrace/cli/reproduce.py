@@ -17,6 +17,7 @@ from typing import Any
 
 from istrace.reproduce import delay as repro_delay
 from istrace.reproduce import parallel as repro_parallel
+from istrace.reproduce import params as repro_params
 from istrace.reproduce import run as repro_run
 from istrace.reproduce import scenarios as repro_scenarios
 from istrace.reproduce import sessions as repro_sessions
@@ -32,6 +33,9 @@ EXPERIMENTS: dict[str, tuple[Callable[..., int], Callable[[Path], int], str]] = 
                  "seed 004: throughput vs parallel sessions at 10-100 ms, golden-section search"),
     "window": (repro_window.run, repro_window.finish,
                "seed 002: throughput vs delay per TCP window / MSS, window/RTT bound"),
+    "params": (repro_params.run, repro_params.finish,
+               "seed 002 fig. 9: iSCSI keys (PDU size, MaxBurstLength, R2T, ImmediateData) "
+               "vs delay, with eq. 3"),
     "scenarios": (repro_scenarios.run, repro_scenarios.finish,
                   "the verdict's scenario suite: captures with a cause fixed in advance"),
 }

@@ -205,3 +205,53 @@ def plot_window(df: pd.DataFrame, path: Path, title: str) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
+
+
+PARAM_TITLES = {
+    "pdu-size": "1 MiB READs per data PDU size (MaxRecvDataSegmentLength)",
+    "burst-write": "1 MiB WRITEs per MaxBurstLength (an R2T per burst)",
+    "burst-read": "1 MiB READs per MaxBurstLength (no R2T)",
+    "unsolicited": "64 KiB WRITEs: R2T, ImmediateData, InitialR2T=No",
+}
+
+
+def _size_label(value: str) -> str:
+    if not value.isdigit():
+        return value
+    n = int(value)
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else \
+        f"{n >> 10} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
+
+
+def plot_params(df: pd.DataFrame, path: Path, title: str) -> Path:
+    """One panel per key series: MB/s vs delay per key value; dashed, eq. (3) with the
+    negotiated keys."""
+    df = _ok(df)
+    series = [s for s in PARAM_TITLES if s in set(df["series"])]
+    cols = min(2, max(len(series), 1))
+    rows = -(-max(len(series), 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.6 * rows), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, name in zip(axes.flat, series, strict=False):
+        part = df[df["series"] == name]
+        for i, value in enumerate(dict.fromkeys(part["value"].astype(str))):
+            sel = part[part["value"].astype(str) == value].sort_values("delay_ms")
+            color = colors[i % len(colors)]
+            d = sel["delay_ms"].astype(float)
+            ax.plot(d, sel["mbps"].astype(float), "-o", color=color, label=_size_label(value))
+            ax.plot(d, sel["model_mbps"].astype(float), "--", lw=0.9, color=color)
+        ax.plot([], [], "--", color="gray", lw=0.9, label="model (eq. 3)")
+        delays = sorted(part["delay_ms"].astype(float).unique())
+        ax.set_xscale("log")
+        ax.set_xticks(delays, [f"{d:g}" for d in delays])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("one-way delay (ms)")
+        ax.set_ylabel("throughput (MB/s)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(PARAM_TITLES[name], fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(series):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)

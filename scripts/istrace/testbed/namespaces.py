@@ -346,6 +346,18 @@ class Testbed(UpDown):
                           iqns=self.iqns, lun_paths=self.lun_paths)
         testbed_state.save(self.state)
 
+    def set_target_keys(self, keys: dict[str, str]) -> None:
+        """Change the iSCSI keys tgtd offers on every target; sessions that log in from now
+        on negotiate them (a sweep changes keys between points without a new testbed)."""
+        for key, value in keys.items():
+            if not key.isalnum() or not str(value).replace("-", "").isalnum():
+                raise ValueError(f"target key {key}={value}: letters and digits only")
+        adm = testbed_tgt.Tgtadm(self.control_port)
+        for tid in range(1, len(self.iqns) + 1):
+            for key, value in keys.items():
+                adm.set_param(tid, key, str(value))
+        self.cfg.tgt_params.update({k: str(v) for k, v in keys.items()})
+
     # ---- running things inside -----------------------------------------------------------------
     def run_ini(self, cmd: list[str] | str, **kw: Any) -> subprocess.CompletedProcess[Any]:
         kw.setdefault("text", True)
