@@ -38,6 +38,7 @@ struct gen_opts {
 	uint64_t offset;    /* bytes, or blocks when offset_in_blocks */
 	int offset_in_blocks;
 	int random;
+	int same;           /* every command at --offset: one block, cached at the target */
 	unsigned queue_depth;
 	unsigned sessions;
 	double time_s;      /* 0 = not time bounded */

@@ -33,7 +33,9 @@ static int claim(struct worker *w, uint64_t *lba)
 		w->exhausted = 1;
 		return 0;
 	}
-	uint64_t chunk = r->o->random ? xorshift(&w->rng) % r->nchunks : n % r->nchunks;
+	uint64_t chunk = r->o->same     ? 0
+			 : r->o->random ? xorshift(&w->rng) % r->nchunks
+					 : n % r->nchunks;
 	*lba = r->first_lba + chunk * r->xfer_blocks;
 	return 1;
 }

@@ -30,7 +30,8 @@ static const char usage_text[] =
 	"          --max-burst N (16776192), --first-burst N (262144), --immediate-data yes|no,\n"
 	"          --initial-r2t yes|no, --max-r2t N (1)   (ErrorRecoveryLevel is always 0)\n"
 	"workload: --size SIZE (bytes, k/M/G suffix = KiB/MiB/GiB, 'blk' suffix = blocks,\n"
-	"          'lun' = whole LUN; default 4M), --offset SIZE, --seq (default) | --random,\n"
+	"          'lun' = whole LUN; default 4M), --offset SIZE, --seq (default) | --random |\n"
+	"          --same (every command at --offset: the same block each time),\n"
 	"          --queue-depth N (1), --sessions S (1), --time SECONDS | --count N (default\n"
 	"          --time 10), --write, --verify, --verify-file PATH, --cdb16, --seed N\n"
 	"output:   --json (summary as one JSON object on stdout), --quiet (no progress lines)\n"
@@ -95,7 +96,7 @@ enum {
 	O_CHAP_TUSER, O_CHAP_TSECRET, O_HD, O_DD, O_MRDSL, O_MAXBURST, O_FIRSTBURST, O_IMM,
 	O_IR2T, O_MAXR2T, O_SIZE, O_OFFSET, O_SEQ, O_RANDOM, O_QD, O_SESSIONS, O_TIME, O_COUNT,
 	O_WRITE, O_VERIFY, O_VERIFY_FILE, O_CDB16, O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_SOCKET,
-	O_SERVE, O_STREAM, O_HELP, O_SOFTCRC, O_SERVE_FILE,
+	O_SERVE, O_STREAM, O_HELP, O_SOFTCRC, O_SERVE_FILE, O_SAME,
 };
 
 static const struct option long_opts[] = {
@@ -120,6 +121,7 @@ static const struct option long_opts[] = {
 	{"offset", required_argument, 0, O_OFFSET},
 	{"seq", no_argument, 0, O_SEQ},
 	{"random", no_argument, 0, O_RANDOM},
+	{"same", no_argument, 0, O_SAME},
 	{"queue-depth", required_argument, 0, O_QD},
 	{"sessions", required_argument, 0, O_SESSIONS},
 	{"time", required_argument, 0, O_TIME},
@@ -185,8 +187,9 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		case O_MAXR2T: o->max_r2t = parse_u32(optarg, "--max-r2t", 1, 65535); break;
 		case O_SIZE: size_arg = optarg; break;
 		case O_OFFSET: offset_arg = optarg; break;
-		case O_SEQ: o->random = 0; break;
-		case O_RANDOM: o->random = 1; break;
+		case O_SEQ: o->random = o->same = 0; break;
+		case O_RANDOM: o->random = 1; o->same = 0; break;
+		case O_SAME: o->same = 1; o->random = 0; break;
 		case O_QD: o->queue_depth = parse_u32(optarg, "--queue-depth", 1, 4096); break;
 		case O_SESSIONS: o->sessions = parse_u32(optarg, "--sessions", 1, 256); break;
 		case O_TIME: o->time_s = parse_seconds(optarg, "--time"); break;
@@ -421,7 +424,7 @@ static int run_iscsi(struct gen_opts *o)
 			(unsigned long long)o->lun, (unsigned long long)s0->lun_blocks, s0->block_size,
 			(double)s0->lun_blocks * s0->block_size / 1048576.0,
 			o->write ? "WRITE" : "READ", (unsigned long long)o->size,
-			o->random ? "random" : "sequential", o->queue_depth, o->sessions,
+			o->same ? "same block" : o->random ? "random" : "sequential", o->queue_depth, o->sessions,
 			o->sessions == 1 ? "" : "s");
 	stats_init(st);
 	pthread_barrier_init(&r->start, NULL, o->sessions + 1);

@@ -142,8 +142,19 @@ def test_write_read_back(tb: Bed, mode: str) -> None:
         if mode == "r2t-only":
             assert neg["ImmediateData"] == "No"
         assert w["bytes"] == size * count
-        ok(run_gen(tb, "--size", "1M", "--offset", str(off), "--count", str(count),
-                   "--verify", "--quiet"))
+        # PDUs as RFC 7143 gives them for these keys: tgtd's MaxRecvDataSegmentLength (8 KiB)
+        # sizes Data-Out, its MaxBurstLength (256 KiB) each R2T; immediate data rides along
+        # with the command unless switched off
+        assert neg["TargetMaxRecvDataSegmentLength"] == 8192 and neg["MaxBurstLength"] == 262144
+        imm = 0 if mode == "r2t-only" else 8192
+        unsolicited = 65536 if mode == "unsolicited" else imm
+        assert w["pdus"]["r2t"] == count * -(-(size - unsolicited) // 262144)
+        assert w["pdus"]["data_out"] == count * ((size - imm) // 8192)
+        assert w["pdus"]["data_in"] == 0
+        r = ok(run_gen(tb, "--size", "1M", "--offset", str(off), "--count", str(count),
+                       "--verify", "--quiet"))
+        # READs: Data-In sized by our MaxRecvDataSegmentLength (256 KiB), no R2T
+        assert r["pdus"] == {"data_in": count * 4, "data_out": 0, "r2t": 0}
         with open(tb.lun_path, "rb") as f:
             f.seek(off)
             assert f.read(size * count) == pattern.expected(off, size * count)

@@ -129,3 +129,41 @@ def test_params_plot_and_findings(tmp_path, capsys):
     assert "the model leaves out 10.0 µs per data PDU" in out
     assert "burst-read: the target sent Data-In PDUs of 262144 B with MaxBurstLength=16384" in out
     assert "R2Ts per command match the model's rounds at 28/28 points" in out
+
+
+def test_blocksize_plot_names_cpu_bound_runs(tmp_path, capsys):
+    from istrace.reproduce import blocksize as repro_bs
+
+    rows = []
+    for p in repro_bs.plan(quick=False):
+        b = p["block"]
+        tgt = min(1.0, 0.2 + b / 65536)
+        rows.append(p | {"mbps": b / 1000 * p["queue_depth"], "lat_mean_us": 100 + b / 100,
+                         "lat_p99_us": 200 + b / 50, "commands": 1000, "ini_cpu": 0.3,
+                         "tgt_cpu": tgt, "machine_busy": 1.0, "softirq": 0.3, "irq": 0.0,
+                         "system": 0.5, "user": 0.2, "other": 0.0, "cpus": 2,
+                         "cpu_bound": repro_bs.cpu_bound(0.3, tgt, 1.0, 2)})
+    _write(tmp_path / "blocksize.csv", repro_bs.COLUMNS, rows)
+    assert reproduce.main(["blocksize", "--plot-only", "--out", str(tmp_path)]) == 0
+    _png_ok(tmp_path / "repro-blocksize.png")
+    out = capsys.readouterr().out
+    assert "CPU-bound: latency 65536 B" in out and "target (tgtd 100% of a CPU)" in out
+    assert "CPU-bound: throughput 512 B" not in out
+    assert "copy and checksum time: not measured" in out
+
+
+def test_blocksize_cpu_split_and_naming():
+    from istrace.reproduce import blocksize as repro_bs
+    from istrace.system.cputime import USER_HZ
+
+    hz = USER_HZ
+    before = {"cpu": [0, 0, 0, 0, 0, 0, 0, 0]}
+    # over 2 s: 1 s user, 1 s system, 0.5 s softirq, 1.5 s idle (of 2 CPUs)
+    after = {"cpu": [hz, 0, hz, int(1.5 * hz), 0, 0, hz // 2, 0]}
+    s = repro_bs.cpu_split(before, after, 2.0)
+    assert s["user"] == 0.5 and s["system"] == 0.5 and s["softirq"] == 0.25
+    assert s["machine_busy"] == 1.25
+    assert repro_bs.cpu_bound(0.2, 0.95, 1.2, 2) == "target (tgtd 95% of a CPU)"
+    assert repro_bs.cpu_bound(0.97, 0.5, 1.5, 2) == "initiator (istrace-gen 97% of a CPU)"
+    assert repro_bs.cpu_bound(0.6, 0.6, 1.9, 2) == "machine (95% of 2 CPUs)"
+    assert repro_bs.cpu_bound(0.6, 0.6, 1.2, 2) == ""

@@ -126,3 +126,28 @@ def test_params_quick(quick_run):
     assert writes["ratio"].between(0.75, 1.15).all(), writes[["series", "value", "ratio"]]
     # 512-byte PDUs cost more than their headers: slower than 8 KiB ones at 1 ms
     assert at("pdu-size", "512", 1.0) < 0.9 * at("pdu-size", "8192", 1.0)
+
+
+def test_blocksize_quick(quick_run):
+    rc, out = quick_run("blocksize")
+    df = ok_rows(out / "blocksize.csv")
+    png_ok(out / "repro-blocksize.png")
+    assert rc == 0 and len(df) == 6
+
+    def at(series, block, col):
+        return float(df[(df.series == series) & (df.block == block)][col].iloc[0])
+
+    # a bigger block takes longer to read, but far less than in proportion (seed 003 fig. 1)
+    assert at("latency", 512, "lat_mean_us") < at("latency", 65536, "lat_mean_us")
+    assert at("latency", 65536, "lat_mean_us") < 128 * at("latency", 512, "lat_mean_us")
+    # big blocks move far more bytes (fig. 2)
+    assert at("throughput", 65536, "mbps") > 5 * at("throughput", 512, "mbps")
+    # the CPU was measured, both processes and the machine, within what the machine has
+    assert (df["tgt_cpu"] > 0).all() and (df["ini_cpu"] > 0).all()
+    assert (df["machine_busy"] <= df["cpus"] + 0.2).all()
+    assert at("throughput", 65536, "softirq") > 0
+    # a run is named CPU-bound exactly when a process or the run's own share had no CPU left
+    for _, r in df.iterrows():
+        ours = r["ini_cpu"] + r["tgt_cpu"] + r["softirq"] + r["irq"]
+        full = max(r["ini_cpu"], r["tgt_cpu"]) >= 0.9 or ours >= 0.9 * r["cpus"]
+        assert (str(r["cpu_bound"]) not in ("", "nan")) == full, r.to_dict()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from istrace.reproduce import blocksize as repro_blocksize
 from istrace.reproduce import delay as repro_delay
 from istrace.reproduce import parallel as repro_parallel
 from istrace.reproduce import params as repro_params
@@ -36,6 +37,8 @@ EXPERIMENTS: dict[str, tuple[Callable[..., int], Callable[[Path], int], str]] = 
     "params": (repro_params.run, repro_params.finish,
                "seed 002 fig. 9: iSCSI keys (PDU size, MaxBurstLength, R2T, ImmediateData) "
                "vs delay, with eq. 3"),
+    "blocksize": (repro_blocksize.run, repro_blocksize.finish,
+                  "seed 003 figs. 1-2: READ latency and throughput vs block size, CPU by kind"),
     "scenarios": (repro_scenarios.run, repro_scenarios.finish,
                   "the verdict's scenario suite: captures with a cause fixed in advance"),
 }

@@ -255,3 +255,53 @@ def plot_params(df: pd.DataFrame, path: Path, title: str) -> Path:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
+
+
+def _block_axis(ax: plt.Axes, blocks: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(blocks, [_size_label(str(b)) for b in blocks], fontsize=7)
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("block size")
+
+
+def plot_blocksize(df: pd.DataFrame, path: Path, title: str) -> Path:
+    """Latency (1 outstanding), throughput (8 outstanding), and the throughput runs' CPU by
+    kind: the machine's user/system/softirq/irq stacked, tgtd and istrace-gen as lines."""
+    df = _ok(df)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    lat = df[df["series"] == "latency"].sort_values("block")
+    thr = df[df["series"] == "throughput"].sort_values("block")
+    blocks = sorted(df["block"].astype(int).unique())
+    ax = axes[0]
+    ax.plot(lat["block"], lat["lat_mean_us"].astype(float), "-o", label="mean")
+    ax.plot(lat["block"], lat["lat_p99_us"].astype(float), "--", lw=0.9, label="p99")
+    ax.set_ylabel("READ latency (µs)")
+    ax.set_title("one reader, the same block each time", fontsize=9)
+    ax = axes[1]
+    ax.plot(thr["block"], thr["mbps"].astype(float), "-o", label="8 outstanding")
+    for _, r in thr[thr["cpu_bound"].astype(str) != ""].iterrows():
+        ax.annotate("CPU-bound", (r["block"], float(r["mbps"])), fontsize=7,
+                    textcoords="offset points", xytext=(0, 6), ha="center")
+    ax.set_ylabel("throughput (MB/s)")
+    ax.set_title("eight commands outstanding", fontsize=9)
+    ax = axes[2]
+    bottom = pd.Series(0.0, index=thr.index)
+    for kind in ("user", "system", "softirq", "irq"):
+        vals = thr[kind].astype(float)
+        ax.fill_between(thr["block"], bottom, bottom + vals, step=None, alpha=0.5, label=kind)
+        bottom = bottom + vals
+    ax.plot(thr["block"], thr["tgt_cpu"].astype(float), "-s", color="black", ms=4,
+            label="tgtd (target)")
+    ax.plot(thr["block"], thr["ini_cpu"].astype(float), "-^", color="gray", ms=4,
+            label="istrace-gen (initiator)")
+    if not thr.empty:
+        ax.axhline(float(thr["cpus"].iloc[0]), color="red", lw=0.8, ls=":", label="all CPUs")
+    ax.set_ylabel("CPUs busy (1.0 = one CPU)")
+    ax.set_title("CPU of the throughput runs, by kind (one kernel: both ends)", fontsize=9)
+    for ax in axes:
+        _block_axis(ax, blocks)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)

@@ -204,7 +204,7 @@ class Session:
             _log(f"probes unavailable: {exc}")
             return
         tb = self.tb
-        tgtd = [p["pid"] for p in tb.state.get("pids", []) if p.get("what") == "tgtd"]
+        tgtd = tb.tgtd_pid
         args = {"initiator": ["--host", "initiator", "--netns", tb.ini_ns],
                 "target": ["--host", "target", "--netns", tb.tgt_ns]}
         if gen_used:
@@ -213,7 +213,7 @@ class Session:
             except paths.MissingBinary:
                 pass
         if tgtd:
-            args["target"] += ["--tgtd", str(tgtd[0])]
+            args["target"] += ["--tgtd", str(tgtd)]
         for role, extra in args.items():
             out = self.out / f"events-{role}.jsonl"
             probe = Probe(out, extra, stderr_path=self.out / f"probe-{role}.log")
@@ -257,9 +257,9 @@ class Session:
 
         def pids() -> dict[str, dict[str, int]]:
             out: dict[str, dict[str, int]] = {"target": {}, "initiator": {}}
-            tgtd = [p["pid"] for p in tb.state.get("pids", []) if p.get("what") == "tgtd"]
+            tgtd = tb.tgtd_pid
             if tgtd:
-                out["target"]["tgtd"] = int(tgtd[0])
+                out["target"]["tgtd"] = tgtd
             if self.workload is not None and self.workload.poll() is None:
                 out["initiator"]["workload"] = self.workload.pid
             return out

@@ -12,7 +12,6 @@ and a few /proc reads; docs/schema.md §7 has the measured figure.
 from __future__ import annotations
 
 import json
-import os
 import re
 import resource
 import subprocess
@@ -24,8 +23,7 @@ from typing import IO, Any
 
 from istrace.capture import layout
 from istrace.capture.conn import conn_key, parse_endpoint
-
-USER_HZ = os.sysconf("SC_CLK_TCK")
+from istrace.system.cputime import USER_HZ, cpu_stat, tree_times
 
 # ss -ti fields: name -> (regex group over the info line, unit conversion to our column)
 _NUM = r"([0-9.]+)"
@@ -92,43 +90,6 @@ def parse_ss(text: str, port: int) -> list[dict[str, Any]]:
             m = _CC.search(line)
             if m:
                 cur["cc"] = m.group(1)
-    return out
-
-
-def proc_times(pid: int) -> tuple[int, int] | None:
-    """(utime, stime) in clock ticks of a process and all its threads."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    f = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3
-    return int(f[11]), int(f[12])
-
-
-def tree_times(pid: int) -> tuple[int, int] | None:
-    """CPU ticks of a process and its descendants (the workload runs under a shell)."""
-    total = proc_times(pid)
-    if total is None:
-        return None
-    u, s = total
-    try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        kids = []
-    for k in kids:
-        t = tree_times(int(k))
-        if t:
-            u, s = u + t[0], s + t[1]
-    return u, s
-
-
-def cpu_stat() -> dict[str, list[int]]:
-    """/proc/stat jiffies per CPU: user nice system idle iowait irq softirq steal."""
-    out = {}
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("cpu"):
-            name, *vals = line.split()
-            out[name] = [int(v) for v in vals[:8]]
     return out
 
 
