@@ -38,17 +38,18 @@
 
 #include "dummynet.h"
 
-#define SLOT_DATA 2048u       /* largest packet carried; TUN MTU is 1500 */
+#define MTU_MAX 9216u         /* a 9000-byte jumbo MTU fits */
 #define READ_BATCH 64         /* packets read per wakeup before sending what is due */
 #define MIN_SPIN_NS 20000ull  /* wait this close to a due time by spinning, not sleeping */
 #define IDLE_POLL_NS 100000000ull
 #define EARLY_NS 4000ull      /* send what is due this soon with the packet due now: fewer wakeups */
 
+/* A slot's packet bytes live in a separate arena, `mtu + 1` bytes per slot, so a jumbo MTU
+ * costs memory only when asked for (the ring is walked round, so every slot gets touched). */
 struct slot {
 	uint64_t due_ns;
 	uint64_t link_done_ns; /* when the link finished sending it: queue accounting */
 	uint32_t len;
-	uint8_t data[SLOT_DATA];
 };
 
 struct counters {
@@ -63,6 +64,8 @@ struct direction {
 	int fd;
 	struct dn_params p;
 	struct slot *ring;
+	uint8_t *bytes;       /* cap slots of slot_bytes each */
+	size_t slot_bytes;    /* largest packet + 1: a read that fills it may have been cut */
 	uint32_t cap;         /* power of two */
 	uint32_t head, tail;  /* free-running; count = tail - head */
 	uint32_t linked;      /* first slot whose link_done_ns is still in the future */
@@ -122,7 +125,7 @@ static void send_due(struct direction *d, uint64_t now)
 		struct slot *s = &d->ring[d->head & mask];
 		if (s->due_ns > now + EARLY_NS)
 			break;
-		ssize_t n = write(d->fd, s->data, s->len);
+		ssize_t n = write(d->fd, d->bytes + (size_t)(d->head & mask) * d->slot_bytes, s->len);
 		if (n == (ssize_t)s->len) {
 			bump(&d->c.tx_pkts, 1);
 			bump(&d->c.tx_bytes, s->len);
@@ -154,8 +157,8 @@ static int read_batch(struct direction *d, uint64_t now, uint64_t first_arrival)
 	for (int i = 0; i < READ_BATCH; i++) {
 		int full = d->tail - d->head == d->cap;
 		struct slot *s = &d->ring[d->tail & mask];
-		uint8_t *buf = full ? scratch : s->data;
-		size_t room = full ? sizeof(scratch) : SLOT_DATA;
+		uint8_t *buf = full ? scratch : d->bytes + (size_t)(d->tail & mask) * d->slot_bytes;
+		size_t room = full ? sizeof(scratch) : d->slot_bytes;
 		ssize_t n = read(d->fd, buf, room);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -169,7 +172,7 @@ static int read_batch(struct direction *d, uint64_t now, uint64_t first_arrival)
 			bump(&d->c.drop_ring, 1);
 			continue;
 		}
-		if ((size_t)n > SLOT_DATA - 1) { /* may have been cut short: never forward it */
+		if ((size_t)n > d->slot_bytes - 1) { /* may have been cut short: never forward it */
 			bump(&d->c.drop_big, 1);
 			continue;
 		}
@@ -361,7 +364,7 @@ static void usage(FILE *out)
 		"usage: istrace-dummynet --tun-i2t DEV --tun-t2i DEV [--delay-i2t-us N] "
 		"[--delay-t2i-us N]\n"
 		"       [--rate-bps N] [--loss P] [--queue PKTS] [--overhead BYTES] [--ring SLOTS]\n"
-		"       [--seed N] [--stats FILE] [--rt] [--no-compensate] [--control FILE]\n"
+		"       [--seed N] [--stats FILE] [--rt] [--no-compensate] [--control FILE] [--mtu N]\n"
 		"Forwards packets between two TUN devices with a delay (0..%u us each way), a rate\n"
 		"limit (0 = none), a loss probability (0..1) and a queue limit (packets, 0 = ring).\n"
 		"SIGUSR1 re-reads `compensate_us N` from the --control file; SIGTERM stops it.\n",
@@ -378,11 +381,12 @@ int main(int argc, char **argv)
 		{"ring", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
 		{"stats", required_argument, 0, 'S'}, {"rt", no_argument, 0, 'R'},
 		{"no-compensate", no_argument, 0, 'C'}, {"control", required_argument, 0, 'K'},
-		{"help", no_argument, 0, 'h'},
+		{"mtu", required_argument, 0, 'M'}, {"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
 	const char *tun[2] = {NULL, NULL}, *stats = NULL, *control = NULL;
 	const char *delay_s[2] = {"0", "0"}, *rate_s = "0", *loss_s = "0", *queue_s = "0";
-	const char *overhead_s = "0", *ring_s = "32768", *seed_s = "1";
+	/* 2047: the largest packet carried unless --mtu (1500 fits) */
+	const char *overhead_s = "0", *ring_s = "32768", *seed_s = "1", *mtu_s = "2047";
 	int rt = 0, compensate = 1, c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
@@ -395,6 +399,7 @@ int main(int argc, char **argv)
 		case 'q': queue_s = optarg; break;
 		case 'o': overhead_s = optarg; break;
 		case 'n': ring_s = optarg; break;
+		case 'M': mtu_s = optarg; break;
 		case 's': seed_s = optarg; break;
 		case 'S': stats = optarg; break;
 		case 'R': rt = 1; break;
@@ -409,14 +414,15 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	struct dn_params p[2];
-	uint64_t ring, seed, overhead;
+	uint64_t ring, seed, overhead, mtu;
 	const char *err = NULL;
 	for (int i = 0; i < 2 && !err; i++)
 		err = dn_parse_params(delay_s[i], rate_s, loss_s, queue_s, &p[i]);
 	if (!err && (dn_parse_u64(overhead_s, 0, 1000, &overhead) ||
 		     dn_parse_u64(ring_s, 1024, 1u << 22, &ring) ||
-		     dn_parse_u64(seed_s, 0, UINT64_MAX, &seed)))
-		err = "bad --overhead (0..1000), --ring (1024..4194304) or --seed";
+		     dn_parse_u64(seed_s, 0, UINT64_MAX, &seed) ||
+		     dn_parse_u64(mtu_s, 576, MTU_MAX, &mtu)))
+		err = "bad --overhead (0..1000), --ring (1024..4194304), --seed or --mtu (576..9216)";
 	if (err) {
 		fprintf(stderr, "istrace-dummynet: %s\n", err);
 		return 2;
@@ -440,9 +446,12 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		/* preallocated, touched on first use only: memory follows the real backlog */
+		d->slot_bytes = (size_t)mtu + 1;
 		d->ring = mmap(NULL, (size_t)cap * sizeof(struct slot), PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (d->ring == MAP_FAILED) {
+		d->bytes = mmap(NULL, (size_t)cap * d->slot_bytes, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (d->ring == MAP_FAILED || d->bytes == MAP_FAILED) {
 			fprintf(stderr, "istrace-dummynet: no memory for %u slots\n", cap);
 			return 1;
 		}

@@ -23,7 +23,7 @@ def test_units():
 @pytest.mark.parametrize("fields", [
     {"name": "toolong7"}, {"name": "Bad"}, {"delay_ms": 201}, {"delay_i2t_ms": -1},
     {"rate_mbit": -5}, {"loss": 1.0}, {"lun_mb": 0}, {"chap_user": "u"},
-    {"emulator": "tc"}, {"txqueuelen": -1},
+    {"emulator": "tc"}, {"txqueuelen": -1}, {"mtu": 100}, {"mtu": 9001},
 ])
 def test_bad_configs_are_refused(fields):
     with pytest.raises(ValueError):

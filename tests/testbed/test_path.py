@@ -65,6 +65,23 @@ def test_asymmetric_delay():
         assert abs(med - 20) <= 1.0
 
 
+@pytest.mark.parametrize("fields", [{}, {"delay_ms": 1, "rate_mbit": 300}])
+def test_jumbo_mtu_end_to_end(fields):
+    """--mtu 9000 sets every link, the forwarder's TUNs included: a 9000-byte packet with
+    don't-fragment crosses the path; at the default MTU the same ping is refused."""
+    def big_ping(tb):
+        return tb.run_ini(["ping", "-M", "do", "-s", "8972", "-c", "1", "-W", "2", tb.tgt_ip],
+                          capture_output=True)
+
+    with Testbed(TestbedConfig(name="tbmtu", mtu=9000, **fields)) as tb:
+        r = big_ping(tb)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert tb.describe()["mtu"] == 9000
+    with Testbed(TestbedConfig(name="tbmtu", **fields)) as tb:
+        r = big_ping(tb)
+        assert r.returncode != 0 and "mtu=1500" in r.stdout + r.stderr
+
+
 def iperf(tb, args, seconds, port):
     srv = tb.popen_tgt(["iperf3", "-s", "-1", "-B", tb.tgt_ip, "-p", str(port)],
                        stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))

@@ -80,6 +80,9 @@ def add_path_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss", type=parse_loss, default=0.0, help="e.g. 0.1%%")
     p.add_argument("--queue", type=int, default=0, help="forwarder queue limit, packets")
     p.add_argument("--txqueuelen", type=int, default=0, help="each end's transmit queue")
+    p.add_argument("--mtu", type=int, default=0,
+                   help="MTU of every link of the path, 576..9000 (default 1500; 9000: jumbo "
+                        "frames)")
     p.add_argument("--nic-rate", type=parse_rate, default=0.0,
                    help="each end's NIC sends at most this (its txqueuelen then overflows)")
     p.add_argument("--lun-mb", type=int, default=64)

@@ -34,6 +34,7 @@ INI_IP = "10.77.0.1"
 TGT_IP = "10.77.0.2"
 MID_IP = testbed_path.MID_IP
 ISCSI_PORT = 3260
+MTU_MIN, MTU_MAX = 576, testbed_path.MTU_MAX
 _NAME_RE = re.compile(r"^[a-z0-9]{1,6}$")
 
 
@@ -52,6 +53,7 @@ class TestbedConfig:
     queue: int = 0                       # forwarder queue limit in packets, 0 = default
     txqueuelen: int = 0                  # transmit queue of each end's interface, 0 = default
     nic_rate_mbit: float = 0.0           # each end's interface sends at most this (htb)
+    mtu: int = 0                         # every link of the path, bytes (0 = 1500)
     lun_mb: int = 64
     lun2_mb: int = 0                     # optional second LUN (2), same pattern
     targets: int = 1                     # more targets: IQN.t2, IQN.t3, ... each with a LUN 1
@@ -89,6 +91,9 @@ class TestbedConfig:
         for rate in (self.rate_mbit, self.nic_rate_mbit):
             if rate < 0 or rate > 100000:
                 raise ValueError(f"rate {rate} Mbit/s out of range")
+        if self.mtu and not MTU_MIN <= self.mtu <= MTU_MAX:
+            raise ValueError(f"MTU {self.mtu}: {MTU_MIN}..{MTU_MAX} (the forwarder carries "
+                             f"packets up to {MTU_MAX} bytes)")
         if self.txqueuelen < 0 or self.queue < 0:
             raise ValueError("queue lengths must be >= 0")
         if not 0 <= self.loss < 1:
@@ -281,6 +286,8 @@ class Testbed(UpDown):
             else:
                 self.emulator = "dummynet"
                 testbed_path.start_dummynet(self)
+        if cfg.mtu:
+            testbed_path.set_mtu(self, cfg.mtu)
         self.state.update(emulator=self.emulator, mid_ns=self.mid_ns, ini_ns=self.ini_ns,
                           tgt_ns=self.tgt_ns, ini_ip=INI_IP, tgt_ip=TGT_IP)
         testbed_state.save(self.state)
@@ -440,7 +447,7 @@ class Testbed(UpDown):
                 "delay_i2t_ms": i2t, "delay_t2i_ms": t2i, "rate_mbit": self.cfg.rate_mbit,
                 "loss": self.cfg.loss, "queue": self.cfg.queue,
                 "txqueuelen": self.cfg.txqueuelen, "nic_rate_mbit": self.cfg.nic_rate_mbit,
-                "offloads": self.cfg.offloads, "ini_rmem": self.cfg.ini_rmem,
+                "mtu": self.cfg.mtu or 1500, "offloads": self.cfg.offloads, "ini_rmem": self.cfg.ini_rmem,
                 "tgt_wmem": self.cfg.tgt_wmem, "tgt_cpu": self.cfg.tgt_cpu,
                 "ini_cpu": self.cfg.ini_cpu, "tgt_params": dict(self.cfg.tgt_params),
                 "tgt_cwnd": self.cfg.tgt_cwnd,
@@ -453,6 +460,7 @@ def config_from_args(a: Any) -> TestbedConfig:
     return TestbedConfig(name=a.name, delay_ms=a.delay, delay_i2t_ms=a.delay_i2t,
                          delay_t2i_ms=a.delay_t2i, rate_mbit=a.rate, loss=a.loss,
                          queue=a.queue, txqueuelen=a.txqueuelen, nic_rate_mbit=a.nic_rate,
+                         mtu=getattr(a, "mtu", 0),
                          lun_mb=a.lun_mb, lun2_mb=a.lun2_mb, targets=a.targets,
                          chap_user=a.chap_user, chap_secret=a.chap_secret,
                          chap_mutual_user=a.chap_mutual_user,

@@ -107,6 +107,19 @@ def set_txqueuelen(dev: str, ns: str, qlen: int, nic_rate_mbit: float = 0.0) -> 
               "limit", str(qlen)], ns=ns)
 
 
+MTU_MAX = 9000  # istrace-dummynet's slots hold 9216 bytes: a jumbo frame's IP packet
+
+
+def set_mtu(tb: Testbed, mtu: int) -> None:
+    """The same MTU on every link of the path: both ends, and the middle's veths and TUNs."""
+    devs = [(tb.ini_dev, tb.ini_ns), (tb.tgt_dev, tb.tgt_ns)]
+    if tb.mid_ns is not None:
+        devs += [(dev, tb.mid_ns) for dev in mid_devs(tb)
+                 if netns.link_exists(dev, tb.mid_ns)]
+    for dev, ns in devs:
+        netns.sh(["ip", "link", "set", "dev", dev, "mtu", str(mtu)], ns=ns)
+
+
 def mid_devs(tb: Testbed) -> tuple[str, str, str, str]:
     n = tb.cfg.name
     return f"ist{n}-mi", f"ist{n}-mt", f"ist{n}-di", f"ist{n}-dt"
@@ -150,7 +163,8 @@ def start_dummynet(tb: Testbed) -> None:
             "--queue", str(cfg.queue or default_queue(cfg.rate_mbit, i2t + t2i)),
             "--seed", str(cfg.seed),
             "--stats", str(tb.run_dir / "dummynet.json"),
-            "--control", str(tb.run_dir / "dummynet.ctl"), *(["--rt"] if RT else [])]
+            "--control", str(tb.run_dir / "dummynet.ctl"), *(["--rt"] if RT else []),
+            *(["--mtu", str(cfg.mtu)] if cfg.mtu else [])]
     log = open(tb.run_dir / "dummynet.log", "wb")  # noqa: SIM115 - the daemon owns it
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             start_new_session=True)
