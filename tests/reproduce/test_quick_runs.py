@@ -132,7 +132,7 @@ def test_blocksize_quick(quick_run):
     rc, out = quick_run("blocksize")
     df = ok_rows(out / "blocksize.csv")
     png_ok(out / "repro-blocksize.png")
-    assert rc == 0 and len(df) == 6
+    assert rc == 0 and len(df) == 9
 
     def at(series, block, col):
         return float(df[(df.series == series) & (df.block == block)][col].iloc[0])
@@ -146,6 +146,8 @@ def test_blocksize_quick(quick_run):
     assert (df["tgt_cpu"] > 0).all() and (df["ini_cpu"] > 0).all()
     assert (df["machine_busy"] <= df["cpus"] + 0.2).all()
     assert at("throughput", 65536, "softirq") > 0
+    # jumbo frames (seed 003's first remedy) cut the CPU each byte costs at 64 KiB
+    assert at("throughput-jumbo", 65536, "cpu_s_per_gb") < at("throughput", 65536, "cpu_s_per_gb")
     # a run is named CPU-bound exactly when a process or the run's own share had no CPU left
     for _, r in df.iterrows():
         ours = r["ini_cpu"] + r["tgt_cpu"] + r["softirq"] + r["irq"]

@@ -26,11 +26,14 @@ from istrace.reproduce import run as repro_run
 from istrace.reproduce.sweep import Progress, Row, SweepCSV, num
 from istrace.system.cputime import CPU_FIELDS, USER_HZ, cpu_stat, tree_times
 
-COLUMNS = ["series", "block", "queue_depth", "mbps", "iops", "lat_mean_us", "lat_p50_us",
+COLUMNS = ["series", "block", "queue_depth", "mtu", "mbps", "iops", "lat_mean_us", "lat_p50_us",
            "lat_p99_us", "commands", "ini_cpu", "tgt_cpu", "machine_busy", "softirq", "irq",
-           "system", "user", "other", "cpus", "cpu_bound", "seconds", "status", "error"]
+           "system", "user", "other", "cpus", "cpu_s_per_gb", "cpu_bound", "seconds", "status",
+           "error"]
 KEY = ["series", "block"]
-SERIES = {"latency": 1, "throughput": 8}   # commands outstanding: the study's 1 and 8 threads
+# name -> (commands outstanding: the study's 1 and 8 threads, MTU). The jumbo series is the
+# study's first remedy: fewer, bigger frames per byte.
+SERIES = {"latency": (1, 1500), "throughput": (8, 1500), "throughput-jumbo": (8, 9000)}
 BOUND = 0.9           # a process at 90% of a CPU, or the machine at 90% of all, has none left
 COPY_CSUM = ("copy and checksum time: not measured (needs kprobes or fentry on the copy "
              "routines, which this kernel refuses); softirq and system time hold it")
@@ -39,8 +42,8 @@ COPY_CSUM = ("copy and checksum time: not measured (needs kprobes or fentry on t
 def plan(quick: bool) -> list[Row]:
     blocks = [512, 4096, 65536] if quick else [512, 1024, 2048, 4096, 8192, 16384, 32768,
                                                65536]
-    return [{"series": s, "block": b, "queue_depth": qd} for s, qd in SERIES.items()
-            for b in blocks]
+    return [{"series": s, "block": b, "queue_depth": qd, "mtu": mtu}
+            for s, (qd, mtu) in SERIES.items() for b in blocks]
 
 
 def _ticks(pid: int | None) -> int:
@@ -93,6 +96,8 @@ def measure(tb: repro_run.Testbed, p: Row, secs: float) -> Row:
             "ini_cpu": round(ini, 3), "tgt_cpu": round(tgt, 3),
             **{k: round(v, 3) for k, v in split.items()}, "other": round(other, 3),
             "cpus": cpus, "cpu_bound": cpu_bound(ini, tgt, ours, cpus),
+            # the run's own CPU per byte moved: comparable across rates and MTUs
+            "cpu_s_per_gb": round(ours / (r.mbps / 1e3), 3) if r.mbps > 0 else "",
             "seconds": round(r.seconds, 3)}
 
 
@@ -102,7 +107,8 @@ def run(out: Path, quick: bool, time_s: float | None = None) -> int:
     points = plan(quick)
     progress = Progress("blocksize", len(points))
     rows = repro_run.run_grouped(
-        sweep, points, group=lambda p: (), bed=lambda p: {}, tag="bs",
+        sweep, points, group=lambda p: (p["mtu"],),
+        bed=lambda p: {"mtu": int(p["mtu"])} if int(p["mtu"]) != 1500 else {}, tag="bs",
         measure=lambda tb, p: measure(tb, p, secs), progress=progress,
         summary=lambda r: (f"{num(r, 'mbps'):.2f} MB/s, mean latency "
                            f"{num(r, 'lat_mean_us'):.0f} µs, CPU: target "
@@ -119,6 +125,23 @@ def load(out: Path) -> pd.DataFrame:
     return df
 
 
+def _kib(block: int) -> str:
+    return f"{block // 1024} KiB" if block >= 1024 else f"{block} B"
+
+
+def jumbo_saving(df: pd.DataFrame) -> tuple[int, float, float, float, float] | None:
+    """(block, CPU-s/GB at 1500, at 9000, MB/s at 1500, at 9000) for the biggest block both
+    throughput series measured."""
+    a = df[df["series"] == "throughput"].set_index("block")
+    b = df[df["series"] == "throughput-jumbo"].set_index("block")
+    both = sorted(set(a.index) & set(b.index))
+    if not both:
+        return None
+    k = both[-1]
+    return (int(k), float(a.loc[k, "cpu_s_per_gb"]), float(b.loc[k, "cpu_s_per_gb"]),
+            float(a.loc[k, "mbps"]), float(b.loc[k, "mbps"]))
+
+
 def finish(out: Path, failed: int = 0) -> int:
     df = load(out)
     if df.empty:
@@ -128,11 +151,17 @@ def finish(out: Path, failed: int = 0) -> int:
                               "READ latency and throughput vs block size, CPU by kind "
                               "(seed 003 figs. 1-2)")
     cols = ["block", "mbps", "lat_mean_us", "ini_cpu", "tgt_cpu", "softirq", "system",
-            "machine_busy", "other"]
+            "machine_busy", "other", "cpu_s_per_gb"]
     for series, part in df.groupby("series", sort=False):
-        print(f"blocksize: {series} ({int(part['queue_depth'].iloc[0])} outstanding); CPU "
-              "columns in CPUs (1.0 = one CPU busy all the time)")
+        print(f"blocksize: {series} ({int(part['queue_depth'].iloc[0])} outstanding, MTU "
+              f"{int(part['mtu'].iloc[0])}); CPU columns in CPUs (1.0 = one CPU busy all the "
+              "time), cpu_s_per_gb: the run's CPU-seconds per GB read")
         print(part[cols].to_string(index=False))
+    jumbo = jumbo_saving(df)
+    if jumbo is not None:
+        print(f"blocksize: jumbo frames (MTU 9000) at {_kib(jumbo[0])}: {jumbo[1]:.2f} -> "
+              f"{jumbo[2]:.2f} CPU-s per GB ({100 * (1 - jumbo[2] / jumbo[1]):.0f}% less), "
+              f"{jumbo[3]:.0f} -> {jumbo[4]:.0f} MB/s")
     bound = df[df["cpu_bound"] != ""]
     for _, r in bound.iterrows():
         print(f"blocksize: CPU-bound: {r['series']} {int(r['block'])} B at "

@@ -268,9 +268,10 @@ def plot_blocksize(df: pd.DataFrame, path: Path, title: str) -> Path:
     """Latency (1 outstanding), throughput (8 outstanding), and the throughput runs' CPU by
     kind: the machine's user/system/softirq/irq stacked, tgtd and istrace-gen as lines."""
     df = _ok(df)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.8))
     lat = df[df["series"] == "latency"].sort_values("block")
     thr = df[df["series"] == "throughput"].sort_values("block")
+    jumbo = df[df["series"] == "throughput-jumbo"].sort_values("block")
     blocks = sorted(df["block"].astype(int).unique())
     ax = axes[0]
     ax.plot(lat["block"], lat["lat_mean_us"].astype(float), "-o", label="mean")
@@ -279,6 +280,8 @@ def plot_blocksize(df: pd.DataFrame, path: Path, title: str) -> Path:
     ax.set_title("one reader, the same block each time", fontsize=9)
     ax = axes[1]
     ax.plot(thr["block"], thr["mbps"].astype(float), "-o", label="8 outstanding")
+    if not jumbo.empty:
+        ax.plot(jumbo["block"], jumbo["mbps"].astype(float), "-s", label="8 outstanding, MTU 9000")
     for _, r in thr[thr["cpu_bound"].astype(str) != ""].iterrows():
         ax.annotate("CPU-bound", (r["block"], float(r["mbps"])), fontsize=7,
                     textcoords="offset points", xytext=(0, 6), ha="center")
@@ -298,6 +301,13 @@ def plot_blocksize(df: pd.DataFrame, path: Path, title: str) -> Path:
         ax.axhline(float(thr["cpus"].iloc[0]), color="red", lw=0.8, ls=":", label="all CPUs")
     ax.set_ylabel("CPUs busy (1.0 = one CPU)")
     ax.set_title("CPU of the throughput runs, by kind (one kernel: both ends)", fontsize=9)
+    ax = axes[3]
+    for part, label in ((thr, "MTU 1500"), (jumbo, "MTU 9000")):
+        if not part.empty:
+            ax.plot(part["block"], pd.to_numeric(part["cpu_s_per_gb"], errors="coerce"), "-o",
+                    label=label)
+    ax.set_ylabel("CPU-seconds per GB read (both ends)")
+    ax.set_title("CPU cost per byte, 8 outstanding", fontsize=9)
     for ax in axes:
         _block_axis(ax, blocks)
         ax.set_ylim(bottom=0)
