@@ -60,7 +60,9 @@ def test_sessions_plot(tmp_path, capsys):
     for d in (10.0, 100.0):
         per = m.seq_read_throughput(1 << 20, d / 1e3, 25e6, cycle_delays=2) / m.MB
         for n in (1, 2, 4, 8, 16, 32):
-            rows.append({"delay_ms": d, "sessions": n, "mbps": min(25.0, n * per) - 0.01 * n})
+            for k, noise in enumerate((-0.2, 0.0, 0.2), 1):   # three runs, sd 0.2
+                rows.append({"delay_ms": d, "sessions": n, "repeat": k,
+                             "mbps": min(25.0, n * per) - 0.01 * n + noise})
         for step, n in enumerate((13, 20, 8, 5), 1):
             search.append({"delay_ms": d, "step": step, "sessions": n,
                            "mbps": min(25.0, n * per) - 0.01 * n})
@@ -73,6 +75,23 @@ def test_sessions_plot(tmp_path, capsys):
     _png_ok(tmp_path / "repro-sessions.png")
     out = capsys.readouterr().out
     assert "100 ms: 1 session" in out
+    # mean of three runs with sd 0.2: t(2) 4.303 * 0.2 / sqrt(3) = 0.50 MB/s either side
+    assert "± 0.50 MB/s" in out
+    # at 10 ms the path is full from 2 sessions on, and the noise cannot rank 2..32
+    assert "10 ms: 1 session" in out and "within the best's 95% interval: 2, 4, 8, 16, 32" in out
+    assert "10 ms: search picked 5 sessions after 4 evaluations, within the noise of" in out
+
+
+def test_sessions_confidence_interval():
+    import pandas as pd
+
+    df = pd.DataFrame({"delay_ms": [10.0] * 5, "sessions": [1, 1, 2, 2, 4],
+                       "mbps": [1.0, 3.0, 10.0, 10.0, 9.0]})
+    p = repro_sessions.points(df).set_index("sessions")
+    assert p.loc[1, "mbps"] == 2.0 and p.loc[1, "runs"] == 2
+    assert abs(p.loc[1, "ci95"] - 12.706 * 2 ** 0.5 / 2 ** 0.5) < 1e-9  # t(1) * sd / sqrt(n)
+    assert p.loc[2, "ci95"] == 0.0 and pd.isna(p.loc[4, "ci95"])       # one run: no interval
+    assert repro_sessions.indistinguishable(p.reset_index()) == [1, 2]
 
 
 def test_window_plot(tmp_path, capsys):

@@ -141,15 +141,17 @@ def plot_parallel(df: pd.DataFrame, path: Path, title: str, rtt_s: float) -> Pat
 
 
 def plot_sessions(df: pd.DataFrame, search: pd.DataFrame, path: Path, title: str) -> Path:
-    """Throughput vs sessions per delay; the golden-section path numbered, the pick starred."""
+    """Mean throughput vs sessions per delay with 95% intervals (`df`: one row per count with
+    mbps and ci95); the golden-section path numbered, the pick starred."""
     df = _ok(df)
     search = _ok(search)
     delays = sorted(df["delay_ms"].astype(float).unique())
     fig, axes = plt.subplots(1, len(delays), figsize=(4.2 * len(delays), 4.5), squeeze=False)
     for ax, d in zip(axes[0], delays, strict=True):
         part = df[df["delay_ms"].astype(float) == d].sort_values("sessions")
-        ax.plot(part["sessions"].astype(int), part["mbps"].astype(float), "-o", color="C0",
-                label="sweep")
+        ci = part["ci95"].astype(float).fillna(0.0) if "ci95" in part else None
+        ax.errorbar(part["sessions"].astype(int), part["mbps"].astype(float), yerr=ci,
+                    fmt="-o", color="C0", capsize=3, label="grid: mean, 95% interval")
         s = search[search["delay_ms"].astype(float) == d]
         if not s.empty:
             s = s.sort_values("step")

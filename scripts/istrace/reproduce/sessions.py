@@ -3,14 +3,20 @@ iSCSI sessions at 10-100 ms one-way delay, and a golden-section search for the b
 
 Each session is one TCP connection with one 1 MiB READ in flight, so alone it idles a round
 trip per command (eq. (1)) and the longer the delay the more sessions it takes to fill the
-rate-limited path. The search (golden section over a geometric grid of counts: 1, 2, 3, 4,
-6, 8, 11, 16, 23, 32) measures through the same CSV as the sweep, so a count the sweep already
-measured costs nothing.
+rate-limited path.
+
+The search runs live, first, on a fresh testbed: golden section over a geometric grid of
+counts (1, 2, 3, 4, 6, 8, 11, 16, 23, 32), each evaluation the mean of REPEATS runs, as a
+user tuning a real system would run it. The full grid is measured after it, the same way, so
+the search's path and its confidence intervals sit next to the whole curve; a count the search
+measured is not measured again. The run says whether the pick is within the noise of the
+grid's best, and which counts the noise cannot tell apart.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -26,33 +32,36 @@ from istrace.reproduce.sweep import (
     run_points,
 )
 
-COLUMNS = ["delay_ms", "sessions", "rate_mbit", "mbps", "iops", "per_session_mbps",
+COLUMNS = ["delay_ms", "sessions", "repeat", "rate_mbit", "mbps", "iops", "per_session_mbps",
            "lat_p50_ms", "rtt_ms", "seconds", "status", "error"]
-KEY = ["delay_ms", "sessions"]
+KEY = ["delay_ms", "sessions", "repeat"]
 RATE_MBIT = 200.0   # the path's bottleneck (seed 004 used 1 Gbit/s; scaled to this machine)
 SIZE = "1M"
+# Student's t, two-sided 95%, by sample size: the interval of a mean of so few runs
+T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571}
 
 
-def settings(quick: bool) -> tuple[list[float], list[int], int]:
+def settings(quick: bool) -> tuple[list[float], list[int], int, int]:
+    """(delays, grid counts, largest count searched, runs per point)."""
     if quick:
-        return [50.0], [1, 2, 4, 8], 16
-    return [10.0, 20.0, 50.0, 100.0], [1, 2, 4, 8, 16, 32], 32
+        return [50.0], [1, 2, 4, 8], 16, 2
+    return [10.0, 20.0, 50.0, 100.0], [1, 2, 3, 4, 6, 8, 11, 16, 23, 32], 32, 3
 
 
 def run(out: Path, quick: bool, time_s: float | None = None) -> int:
-    delays, counts, hi = settings(quick)
+    delays, counts, hi, repeats = settings(quick)
     sweep = SweepCSV(out / "sessions.csv", COLUMNS, KEY)
-    progress = Progress("sessions", len(delays) * (len(counts) + 8))
+    progress = Progress("sessions", len(delays) * len(counts) * repeats)
     search_rows: list[dict[str, float]] = []
     failed = 0
     for d in delays:
         # Long paths need longer runs: slow start alone takes ~log2(window) round trips.
         secs = time_s or ((2.0 if quick else 3.0) + 30 * 2 * d / 1e3)
-        points = [{"delay_ms": d, "sessions": s, "rate_mbit": RATE_MBIT} for s in counts]
         try:
             with repro_run.testbed(repro_run.unique_name("rs"), delay_ms=d,
                                    rate_mbit=RATE_MBIT) as tb:
                 rtt = repro_run.ping_rtt_ms(tb)
+                bad: set[tuple[int, int]] = set()
 
                 def meas(p: Row, tb: repro_run.Testbed = tb, rtt: float = rtt,
                          secs: float = secs) -> Row:
@@ -71,21 +80,27 @@ def run(out: Path, quick: bool, time_s: float | None = None) -> int:
                 def summary(r: Row) -> str:
                     return f"{num(r, 'mbps'):.2f} MB/s"
 
-                rows = run_points(sweep, points, meas, progress, summary)
-                failed += sum(r.get("status") != "ok" for r in rows)
+                def mean_of(n: int, d: float = d, meas=meas, summary=summary,  # noqa: ANN001
+                            bad: set[tuple[int, int]] = bad) -> float:
+                    pts = [{"delay_ms": d, "sessions": n, "repeat": k, "rate_mbit": RATE_MBIT}
+                           for k in range(1, repeats + 1)]
+                    rows = run_points(sweep, pts, meas, progress, summary)
+                    bad.update((n, int(r["repeat"])) for r in rows if r.get("status") != "ok")
+                    vals = [num(r, "mbps") for r in rows if r.get("status") == "ok"]
+                    return sum(vals) / len(vals) if vals else 0.0
 
-                def f(n: int, d: float = d, meas=meas, summary=summary) -> float:  # noqa: ANN001
-                    row = run_points(sweep, [{"delay_ms": d, "sessions": n,
-                                              "rate_mbit": RATE_MBIT}], meas, progress,
-                                     summary)[0]
-                    return num(row, "mbps", 0.0)
-
-                res = golden_section_grid(f, geometric_grid(1, hi))
+                grid = geometric_grid(1, hi)
+                new = [n for n in grid if n not in counts]
+                progress.total += len(new) * repeats  # the search may measure these too
+                res = golden_section_grid(mean_of, grid)
                 for step, (n, v) in enumerate(res.path, 1):
                     search_rows.append({"delay_ms": d, "step": step, "sessions": n, "mbps": v})
                 print(f"sessions: {d:g} ms: golden-section pick {res.best} sessions "
-                      f"({res.value:.2f} MB/s) after {len(res.path)} evaluations",
-                      flush=True)
+                      f"({res.value:.2f} MB/s, mean of {repeats}) after {len(res.path)} "
+                      f"evaluations", flush=True)
+                for n in counts:
+                    mean_of(n)
+                failed += len(bad)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - the next delay may still work
@@ -110,10 +125,28 @@ def _write_search(out: Path, rows: list[dict[str, float]], delays: list[float]) 
         w.writerows(rows)
 
 
+def points(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (delay, sessions): mean MB/s, runs, and the 95% confidence half-width."""
+    g = df.groupby(["delay_ms", "sessions"])["mbps"]
+    out = g.agg(["mean", "std", "count"]).reset_index()
+    out["ci95"] = [T95.get(int(n), 2.0) * sd / math.sqrt(n) if n > 1 else math.nan
+                   for sd, n in zip(out["std"].fillna(0.0), out["count"], strict=True)]
+    return out.rename(columns={"mean": "mbps", "count": "runs"})
+
+
 def knee(part: pd.DataFrame, share: float = 0.9) -> int:
-    """Fewest sessions reaching `share` of the best throughput (robust to a noisy plateau)."""
+    """Fewest sessions reaching `share` of the best mean throughput (robust to a noisy
+    plateau)."""
     best = part["mbps"].max()
     return int(part[part["mbps"] >= share * best]["sessions"].min())
+
+
+def indistinguishable(part: pd.DataFrame) -> list[int]:
+    """Counts whose interval overlaps the best mean's: the noise cannot rank them."""
+    top = part.loc[part["mbps"].idxmax()]
+    lo = top["mbps"] - (0.0 if math.isnan(top["ci95"]) else top["ci95"])
+    reach = part["mbps"] + part["ci95"].fillna(0.0)
+    return sorted(int(n) for n in part[reach >= lo]["sessions"])
 
 
 def load(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -130,15 +163,29 @@ def finish(out: Path, failed: int = 0) -> int:
     if df.empty:
         print("sessions: no point measured")
         return 1
-    repro_plot.plot_sessions(df, search, out / "repro-sessions.png",
+    means = points(df)
+    repro_plot.plot_sessions(means, search, out / "repro-sessions.png",
                              f"Aggregate READ throughput vs parallel sessions, path "
-                             f"{RATE_MBIT:g} Mbit/s (seed 004 fig. 4)")
-    print(df.pivot_table(index="sessions", columns="delay_ms", values="mbps").round(2)
+                             f"{RATE_MBIT:g} Mbit/s (seed 004 fig. 4): mean and 95% CI")
+    print(means.pivot_table(index="sessions", columns="delay_ms", values="mbps").round(2)
           .to_string())
-    for d, part in df.groupby("delay_ms"):
+    for d, part in means.groupby("delay_ms"):
         one = part[part["sessions"] == 1]["mbps"]
+        top = part.loc[part["mbps"].idxmax()]
+        tie = indistinguishable(part)
         print(f"sessions: {d:g} ms: 1 session {float(one.iloc[0]) if len(one) else 0:.2f} MB/s, "
-              f"best {part['mbps'].max():.2f} MB/s, 90% of best from {knee(part)} sessions")
+              f"best {top['mbps']:.2f} ± {top['ci95']:.2f} MB/s at {int(top['sessions'])} "
+              f"sessions, 90% of best from {knee(part)} sessions; within the best's 95% "
+              f"interval: {', '.join(map(str, tie))}")
+        s = search[search["delay_ms"].astype(float) == float(d)]
+        if not s.empty:
+            pick = s.loc[s["mbps"].astype(float).idxmax()]
+            n = int(pick["sessions"])
+            close = n in tie if n in set(part["sessions"].astype(int)) else \
+                float(pick["mbps"]) >= top["mbps"] - (top["ci95"] if top["ci95"] > 0 else 0.0)
+            verdict = "within the noise of" if close else "short of"
+            print(f"sessions: {d:g} ms: search picked {n} sessions after "
+                  f"{len(s)} evaluations, {verdict} the grid's best")
     print(f"sessions: wrote {out / 'sessions.csv'}, {out / 'sessions-search.csv'}, "
           f"{out / 'repro-sessions.png'}")
     if failed:
