@@ -107,9 +107,11 @@ int main(int argc, char **argv)
 	filt.port = (__u16)opt.port;
 	filt.self_pid = (__u32)getpid();
 	filt.tcp_sample_ns = (__u64)(opt.tcp_sample_ms * 1e6);
-	filt.any_task = !opt.npids && !opt.netns_given;
+	filt.any_task = !opt.npids && !opt.netns_given && !opt.cgroup_given;
 	filt.have_pids = opt.npids > 0;
-	filt.block_by_pid = !opt.block_all && (opt.npids || opt.netns_given);
+	if (opt.cgroup_given)
+		filt.netns_tasks = 0;
+	filt.block_by_pid = !opt.block_all && (opt.npids || opt.netns_given || opt.cgroup_given);
 	/* user-space struct offsets: libiscsi from its public header, tgtd from tgt 1.0.85
 	 * usr/scsi_cmnd.h and usr/iscsi/iscsid.h on LP64 (docs/probes.md derives them) */
 	filt.lib_task_cdb = offsetof(struct scsi_task, cdb);

@@ -61,6 +61,7 @@ struct options {
 	int nexclude;
 	bool exclude_set;
 	int netns_given;
+	int cgroup_given; /* --cgroup: tasks by cgroup, so --netns selects sockets only */
 	char netns_path[4096]; /* --netns as a path (PATH_MAX) */
 	__u32 pids[ISTRACE_MAX_PIDS];
 	int npids;

@@ -30,6 +30,9 @@ static void usage(FILE *f)
 "  --netns NS           trace sockets and tasks of this network namespace\n"
 "                       (name under /run/netns, or a path like /proc/PID/ns/net)\n"
 "  --pid P              trace syscalls/user probes of this tgid (repeatable)\n"
+"  --cgroup PATH        trace syscalls/user probes/block requests of the tasks in this\n"
+"                       cgroup v2 directory (a workload started in it, forks included);\n"
+"                       --netns then selects sockets only\n"
 "  --port N             iSCSI port: TCP events only for connections using it (3260; 0: any)\n"
 "  --layers L           comma list of tcp,net,block,syscall,scsi,iscsi (default all)\n"
 "  --usdt PATH          istrace-gen binary whose istrace:* USDT probes to attach\n"
@@ -64,6 +67,7 @@ int parse_args(int argc, char **argv)
 		{ "host", required_argument, NULL, 'H' },
 		{ "netns", required_argument, NULL, 'n' },
 		{ "pid", required_argument, NULL, 'p' },
+		{ "cgroup", required_argument, NULL, 'g' },
 		{ "port", required_argument, NULL, 'P' },
 		{ "layers", required_argument, NULL, 'l' },
 		{ "usdt", required_argument, NULL, 'u' },
@@ -109,6 +113,20 @@ int parse_args(int argc, char **argv)
 			filt.netns_tasks = 1;
 			opt.netns_given = 1;
 			snprintf(opt.netns_path, sizeof(opt.netns_path), "%s", path);
+			break;
+		}
+		case 'g': {
+			struct stat st;
+
+			/* a cgroup v2 directory's inode number is the id bpf_get_current_cgroup_id
+			 * returns (kernfs node id, 64-bit kernels) */
+			if (stat(optarg, &st) || !S_ISDIR(st.st_mode)) {
+				fprintf(stderr, "istrace-probe: --cgroup %s: not a cgroup directory\n",
+					optarg);
+				return -1;
+			}
+			filt.cgroup_id = (__u64)st.st_ino;
+			opt.cgroup_given = 1;
 			break;
 		}
 		case 'p':

@@ -132,10 +132,11 @@ void select_hooks(void)
 			h->wanted = false;
 			snprintf(h->off_reason, sizeof(h->off_reason), "disabled by --disable");
 		}
-		if (h->wanted && !strcmp(h->layer, "syscall") && !opt.npids && !opt.netns_given) {
+		if (h->wanted && !strcmp(h->layer, "syscall") && !opt.npids && !opt.netns_given &&
+		    !opt.cgroup_given) {
 			h->wanted = false;
 			snprintf(h->off_reason, sizeof(h->off_reason),
-				 "syscalls need a task filter (--pid, --netns or --tgtd)");
+				 "syscalls need a task filter (--pid, --netns, --cgroup or --tgtd)");
 		}
 	}
 }

@@ -46,13 +46,21 @@ static __always_inline int on_bio(struct bio *bio, __u32 type, __u32 extra)
 	if (cfg.block_dev && k.dev != cfg.block_dev)
 		return 0;
 	if (cfg.block_by_pid && !bpf_map_lookup_elem(&pids, &tgid) &&
+	    !(cfg.cgroup_id && bpf_get_current_cgroup_id() == cfg.cgroup_id) &&
 	    !(cfg.netns_tasks && cfg.netns && current_netns() == cfg.netns && !comm_excluded()))
 		return 0;
 	k.sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
-	if (type == EV_BIO_QUEUE) {
+	if (type == EV_BIO_QUEUE || type == EV_BIO_SPLIT) {
 		__u8 one = 1;
 
 		bpf_map_update_elem(&bio_wanted, &k, &one, BPF_ANY);
+		/* a split leaves the rest of the bio starting at sector `extra`: its requests
+		 * are the traced task's too */
+		if (type == EV_BIO_SPLIT) {
+			struct bio_key rest = { .dev = k.dev, .sector = extra };
+
+			bpf_map_update_elem(&bio_wanted, &rest, &one, BPF_ANY);
+		}
 	}
 	e = ev_new(type);
 	if (!e)

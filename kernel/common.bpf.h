@@ -135,6 +135,8 @@ static __always_inline bool task_wanted_ex(bool btf)
 		return false;
 	if (cfg.have_pids && bpf_map_lookup_elem(&pids, &tgid))
 		return true;
+	if (cfg.cgroup_id)
+		return bpf_get_current_cgroup_id() == cfg.cgroup_id && !comm_excluded();
 	if (cfg.any_task)
 		return !comm_excluded();
 	/* the namespace test rejects other hosts' tasks before the costlier comm test */

@@ -132,6 +132,9 @@ struct istrace_filter {
 	__u32 tgt_io_done_off;
 	/* force a reader wake-up each time this many bytes have been written; 0 = 256 KiB */
 	__u32 wakeup_bytes;
+	/* tasks of this cgroup v2 (its descendants' tasks not included) are the traced ones:
+	 * follows every fork of a workload started in it; 0 = no cgroup filter */
+	__u64 cgroup_id;
 };
 
 #endif /* ISTRACE_EVENTS_H */

@@ -1,12 +1,16 @@
 #!/bin/bash
 # Inside the VM: one capture session on the full-kernel testbed.
 #   $1 = testbed env file, $2 = output dir (a host directory shared read-write),
-#   $3 = workload shell command ($DEV is the initiator's disk), $4 = bpftrace on|off
-# Packets: tcpdump -B 524288 on both veth ends. Probes: bpftrace (probes.bt.in) on syscall,
-# block, SCSI, iSCSI initiator (kprobes), LIO (kprobes) and TCP. Everything is written to tmpfs
-# while the workload runs and copied to $2 afterwards, so 9p stays out of the measured path.
+#   $3 = workload shell command ($DEV is the initiator's disk),
+#   $4 = probes: istrace (istrace-probe, the host's loader), bpftrace (probes.bt.in, the older
+#        path, converted on the host by vm_events) or off,
+#   $5 = the istrace-probe binary (the host's build: the guest shares its file system)
+# Packets: tcpdump -B 524288 on both veth ends. Probes on syscall, block, SCSI, the iSCSI
+# initiator, LIO and TCP. Everything is written to tmpfs while the workload runs and copied to
+# $2 afterwards, so 9p stays out of the measured path. The files are those of any capture
+# directory (docs/schema.md): pcaps, events-<end>.jsonl, tcpdump-<end>.log.
 set -euo pipefail
-CONF=$1; OUT=$2; WORKLOAD=$3; PROBES=${4:-on}
+CONF=$1; OUT=$2; WORKLOAD=$3; PROBES=${4:-istrace}; PROBE=${5:-}
 # shellcheck disable=SC1090
 . "$CONF"
 log() { echo "guest_capture: $(date +%T.%3N) $*"; }
@@ -28,8 +32,44 @@ cleanup() {
   pids=()
 }
 trap cleanup EXIT
+give_up() {  # keep what there is (the probes' logs say why) and fail
+  cleanup
+  cp -r "$W"/. "$OUT"/ 2>/dev/null || true
+  exit 1
+}
 
-if [ "$PROBES" = on ]; then
+# istrace-probe, the loader the host runs, on this kernel: one instance per end. Both ends
+# share one kernel, so the kernel-wide SCSI hooks are split by end: the initiator keeps the
+# SCSI midlayer and iscsi_tcp, the target keeps LIO; each end's TCP, syscalls and tasks are
+# those of its network namespace.
+start_probe() {  # role netns args...
+  local role=$1 ns=$2
+  shift 2
+  "$PROBE" --out "$W/events-$role.jsonl" --host "$role" --netns "$ns" --port 3260 "$@" \
+    > "$W/probe-$role.out" 2> "$W/probe-$role.log" &
+  pids+=($!)
+}
+# The workload runs in its own cgroup: the initiator's syscalls and block requests are its
+# tasks' (forks included), not the guest agent's or this script's, which share its namespace.
+CG=/sys/fs/cgroup/istrace-workload.$$
+mkdir -p "$CG"
+if [ "$PROBES" = istrace ]; then
+  log "istrace-probe on both ends (slow to load under TCG)"
+  start_probe initiator /proc/1/ns/net --cgroup "$CG" --block-dev "$DEV" \
+    --disable lio_cmd_start --disable lio_cmd_done
+  start_probe target /run/netns/isttgt --layers tcp,net,syscall,scsi \
+    --disable scsi_dispatch --disable scsi_done
+  for _ in $(seq 900); do
+    n=$(grep -l "streaming to" "$W"/probe-*.log 2>/dev/null | wc -l || true)
+    [ "$n" = 2 ] && break
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { log "a probe exited:"; \
+      tail -5 "$W"/probe-*.log; give_up; }; done
+    sleep 0.2
+  done
+  if [ "$n" != 2 ]; then log "the probes did not attach in 180 s"; tail -5 "$W"/probe-*.log; give_up; fi
+fi
+
+if [ "$PROBES" = bpftrace ]; then
   log "probe offsets from BTF"
   # Offsets of module structs that bpftrace 0.17 cannot see (it reads vmlinux BTF only).
   /usr/bin/python3 "$VMDIR/guest_btf.py" libiscsi:iscsi_task.hdr scsi_mod:scsi_cmnd.cmnd \
@@ -61,28 +101,31 @@ if [ "$PROBES" = on ]; then
   done
   sleep 1
   if ! grep -q "^Attaching" "$W/probes.txt" || ! kill -0 "${pids[-1]}" 2>/dev/null; then
-    log "bpftrace did not attach:"; grep -v WARNING "$W/bpftrace.err" | head -20; exit 1
+    log "bpftrace did not attach:"; grep -v WARNING "$W/bpftrace.err" | head -20; give_up
   fi
 fi
 
 log "tcpdump on both ends"
-tcpdump -U --immediate-mode -B 524288 -s 0 -n -i vi -w "$W/initiator.pcap" tcp port 3260 2> "$W/tcpdump-initiator.err" &
+tcpdump -U --immediate-mode -B 524288 -s 0 -n -i vi -w "$W/initiator.pcap" tcp port 3260 2> "$W/tcpdump-initiator.log" &
 pids+=($!)
 ip netns exec isttgt tcpdump -U --immediate-mode -B 524288 -s 0 -n -i vt -w "$W/target.pcap" tcp port 3260 \
-  2> "$W/tcpdump-target.err" &
+  2> "$W/tcpdump-target.log" &
 pids+=($!)
 for _ in $(seq 100); do
-  grep -q "listening on" "$W/tcpdump-initiator.err" && grep -q "listening on" "$W/tcpdump-target.err" && break
+  grep -q "listening on" "$W/tcpdump-initiator.log" && grep -q "listening on" "$W/tcpdump-target.log" && break
   sleep 0.1
 done
 
-# The probes print the BPF clock (CLOCK_MONOTONIC); this pair converts it to CLOCK_REALTIME.
-/usr/bin/python3 -c 'import time, json; m = time.clock_gettime_ns(time.CLOCK_MONOTONIC); r = time.time_ns(); m2 = time.clock_gettime_ns(time.CLOCK_MONOTONIC); print(json.dumps({"realtime_minus_monotonic_ns": r - (m + m2) // 2, "bound_ns": (m2 - m) // 2}))' > "$W/bpf-clock.json"
+if [ "$PROBES" = bpftrace ]; then
+  # bpftrace prints the BPF clock (CLOCK_MONOTONIC); this pair converts it to CLOCK_REALTIME.
+  /usr/bin/python3 -c 'import time, json; m = time.clock_gettime_ns(time.CLOCK_MONOTONIC); r = time.time_ns(); m2 = time.clock_gettime_ns(time.CLOCK_MONOTONIC); print(json.dumps({"realtime_minus_monotonic_ns": r - (m + m2) // 2, "bound_ns": (m2 - m) // 2}))' > "$W/bpf-clock.json"
+fi
 
 log "workload: $WORKLOAD"
 start=$(date +%s%N)
 set +e
-bash -c "$WORKLOAD" > "$W/workload.out" 2>&1
+bash -c 'echo $$ > "$1/cgroup.procs" && exec bash -c "$2"' _ "$CG" "$WORKLOAD" \
+  > "$W/workload.out" 2>&1
 wrc=$?
 set -e
 end=$(date +%s%N)
@@ -98,6 +141,7 @@ for _ in $(seq 40); do
 done
 cleanup
 trap - EXIT
+rmdir "$CG" 2>/dev/null || true
 cp "$RUNDIR/up.json" "$W/testbed.json"
 cp -r "$W"/. "$OUT"/
 rm -rf "$W"

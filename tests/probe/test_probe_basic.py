@@ -4,6 +4,7 @@ the merger's clock estimate on synthetic segments with a known offset."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ def test_list_hooks_names_every_layer() -> None:
     (("--out", "/dev/null", "--layers", "tcp,disk"), "unknown layer 'disk'"),
     (("--out", "/dev/null", "--netns", "no-such-ns-prb"), "--netns no-such-ns-prb"),
     (("--out", "/dev/null", "--pid", "abc"), "--pid abc: not a process id"),
+    (("--out", "/dev/null", "--cgroup", "/nonexistent"), "--cgroup /nonexistent: not a cgroup"),
     (("--out", "/dev/null", "--tgtd", "999999999"), "--tgtd 999999999: no such process"),
 ])
 def test_bad_arguments_give_one_clear_line(args: tuple[str, ...], message: str) -> None:
@@ -418,3 +420,36 @@ def test_sockops_steps_aside_when_the_port_already_has_connections(tmp_path: Pat
     assert meta is not None and meta["hooks"]["tcp_probe"] == "tp_btf"
     assert "attached with tp_btf (not sockops: iSCSI connections already up" in \
         " ".join(r.stderr.split())
+
+
+CGROUP_ROOT = next((p for p in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+                    if (p / "cgroup.procs").exists()), Path("/sys/fs/cgroup"))
+
+
+def test_cgroup_selects_a_workload_and_its_forks(tmp_path: Path) -> None:
+    """--cgroup: the syscalls of the tasks in one cgroup v2 directory, forks included (a
+    workload started there: the VM testbed's initiator shares its namespace with the agent),
+    and no other task's, even in the same namespace."""
+    cg = CGROUP_ROOT / f"istrace-test-{os.getpid()}"
+    cg.mkdir()
+    out = tmp_path / "ev.jsonl"
+    try:
+        with Probe(out, ["--layers", "syscall", "--cgroup", str(cg), "--port", "0"]):
+            inside = subprocess.run(
+                ["sh", "-c", f"echo $$ > {cg}/cgroup.procs && "
+                             "head -c 4096 /dev/zero > /dev/null && cat /proc/version"],
+                capture_output=True, text=True, timeout=30)
+            assert inside.returncode == 0, inside.stderr
+            # the same commands outside the cgroup: not traced
+            subprocess.run(["sh", "-c", "head -c 8192 /dev/zero > /dev/null"], timeout=30,
+                           check=True)
+            time.sleep(0.3)
+    finally:
+        cg.rmdir()
+    ev, _, lost = load_events(out)
+    assert lost == 0
+    sys = ev[ev["layer"] == "syscall"]
+    assert set(sys["comm"]) <= {"sh", "head", "cat"}
+    assert {"head", "cat"} <= set(sys["comm"])          # the forks of the cgroup's shell
+    reads = sys[(sys["event"] == "read_exit") & (sys["comm"] == "head")]
+    assert 4096 in set(reads["bytes"].astype(int)) and 8192 not in set(reads["bytes"].astype(int))

@@ -172,3 +172,30 @@ def test_timeline_lanes_keep_concurrent_spans_apart(tmp_path):
         assert (s[1:] >= e[:-1]).all()  # nothing overlaps within a lane
     assert (data.assign_lanes(np.array([0, 0, 0]), np.array([5, 5, 5]), max_lanes=2)
             == [0, 1, 0]).all()
+
+
+def test_syscall_size_counts_only_reads_that_queued_block_io():
+    """With a block layer, the application's read size is that of the reads during which the
+    same process queued a bio: a shell's small file reads (same cgroup, same pid space) are
+    not it."""
+    import pandas as pd
+
+    t0 = 1_000_000_000
+    ev = pd.DataFrame([
+        # the shell reads its script: no block I/O during it
+        {"ts_ns": t0 + 100, "host": "initiator", "layer": "syscall", "event": "read_exit",
+         "pid": 7, "bytes": 832.0, "lat_ns": 50.0},
+        # dd's 2 MiB O_DIRECT read, with its bio queued inside the call
+        {"ts_ns": t0 + 1000, "host": "initiator", "layer": "block", "event": "bio_queue",
+         "pid": 9, "bytes": 2097152.0, "lat_ns": float("nan")},
+        {"ts_ns": t0 + 5000, "host": "initiator", "layer": "syscall", "event": "read_exit",
+         "pid": 9, "bytes": 2097152.0, "lat_ns": 4500.0},
+        # another process's read overlapping dd's bio: not the one that queued it
+        {"ts_ns": t0 + 2000, "host": "initiator", "layer": "syscall", "event": "read_exit",
+         "pid": 8, "bytes": 784.0, "lat_ns": 1500.0},
+    ])
+    sizes = data.block_sizes(None, ev)
+    assert sizes["syscall"] == {"typical": 2097152.0, "max": 2097152.0, "count": 1}
+    # no block events (a user-space initiator): every read counts
+    sizes = data.block_sizes(None, ev[ev["layer"] == "syscall"])
+    assert sizes["syscall"]["count"] == 3

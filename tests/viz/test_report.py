@@ -77,3 +77,19 @@ def test_report_degrades_and_warns(tmp_path):
 def test_report_cli_errors(tmp_path):
     assert report_cli.main([str(tmp_path / "nope")]) == 2
 
+
+
+def test_kernel_caps_are_named_from_the_settings_in_force():
+    """A --kernel capture records the stack's settings (meta.json testbed.tunables): the split
+    and the concurrency ceiling are named by them, and only when they match what was seen."""
+    from istrace.report import diagnosis
+
+    meta = {"testbed": {"mode": "vm", "tunables": {"max_sectors_kb": 32, "queue_depth": 2,
+                                                   "can_queue": 113}}}
+    assert diagnosis._split_cause(meta, 32768).startswith("max_sectors_kb = 32 ")
+    # requests far below the limit were cut by something else: say so, do not guess
+    assert "max_sectors_kb or the device's limits" in diagnosis._split_cause(meta, 4096)
+    assert diagnosis._ceiling_cause(meta, 2) == "the SCSI device's queue_depth = 2 (meta.json)"
+    assert diagnosis._ceiling_cause(meta, 113).startswith("the iSCSI host's can_queue")
+    assert diagnosis._ceiling_cause(meta, 8).startswith("a concurrency limit")
+    assert diagnosis._ceiling_cause({}, 2).startswith("a concurrency limit")

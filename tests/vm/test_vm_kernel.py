@@ -3,8 +3,10 @@ initiator into LIO over a netem-delayed veth, read through it, and check that ev
 probes fired for the same commands: syscall, block, SCSI (tracepoints), iSCSI (kprobes on the
 initiator's libiscsi and on LIO) and TCP, tied by driver tag, LBA and ITT.
 
-One VM boot serves every test of this module: boot 1-3 min, one capture 3-5 min (bpftrace
-compiles its programs under software emulation); 7.5 min in all on a loaded 2-core machine.
+One VM boot serves every test of this module: boot 1-3 min, one bpftrace capture 3-5 min
+(bpftrace compiles its programs under software emulation), then the same kernel through the
+product's own path: istrace-probe (the host's CO-RE loader) on both ends, a standard capture
+directory, and `istrace report` naming the caps the kernel stack set (< 1 min more).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +32,7 @@ DELAY_MS = 5
 MAX_SECTORS_KB = 512          # a 2 MB read() becomes 4-5 block requests / SCSI commands
 READ_BYTES = 2 << 20
 SKIP_BLOCKS = 3               # read the 4th 2 MB of the LUN: LBA 12288..16383
+QUEUE_DEPTH = 2               # the istrace-probe capture: 4 parallel readers behind it
 
 
 def _cannot_boot_reason() -> str | None:
@@ -57,11 +61,19 @@ def capture(tmp_path_factory):
                           "od -A n -t x8 -v -w8 | head -1")
         first_word = int(text.split()[0], 16) if rc == 0 and text.split() else None
         delay = tb.run("tc qdisc show dev vi")[1]
-        tb.capture(out, vmtestbed.dd_workload(1, "2M", skip=SKIP_BLOCKS), timeout_s=330)
+        tb.capture(out, vmtestbed.dd_workload(1, "2M", skip=SKIP_BLOCKS), probes="bpftrace",
+                   timeout_s=330)
         info = dict(tb.info)
+        # The product's path: istrace-probe on the stock kernel, 4 parallel 2 MiB readers
+        # behind a SCSI queue_depth of 2 and the 512 KiB request size limit.
+        tuned = tb.retune(queue_depth=QUEUE_DEPTH)
+        own = tmp_path_factory.mktemp("vmcap-istrace")
+        readers = "; ".join(f"dd if=$DEV of=/dev/null iflag=direct bs=2M count=1 skip={i} &"
+                            for i in range(4)) + " wait"
+        tb.capture(own, readers, probes="istrace", timeout_s=330)
         vm_pid = int(json.loads((tb.dir / "state.json").read_text())["pid"])
     yield {"dir": out, "first_word": first_word, "qdisc": delay, "info": info, "pid": vm_pid,
-           "run_dir": vmtestbed.run_dir(name)}
+           "run_dir": vmtestbed.run_dir(name), "own": own, "tuned": tuned}
     shutil.rmtree(vmtestbed.run_dir(name), ignore_errors=True)
 
 
@@ -89,7 +101,7 @@ def test_session_and_path(capture):
 def test_packets_captured_on_both_ends_without_drops(capture):
     d = capture["dir"]
     for side in ("initiator", "target"):
-        err = (d / f"tcpdump-{side}.err").read_text()
+        err = (d / f"tcpdump-{side}.log").read_text()
         stats = dict((m[1], int(m[0])) for m in re.findall(
             r"^(\d+) packets (captured|received by filter|dropped by kernel)$", err, re.M))
         assert stats.get("dropped by kernel") == 0, err
@@ -214,6 +226,74 @@ def test_events_follow_the_schema(capture):
         assert all(isinstance(r["ts_ns"], int) and r["ts_ns"] > 1.6e18 for r in rows)
     df = pd.read_json(capture["dir"] / "events-initiator.jsonl", lines=True)
     assert list(df.columns[:len(SCHEMA_COLUMNS)]) == SCHEMA_COLUMNS
+
+
+KERNEL_HOOKS = {"initiator": ["sys_enter", "sys_exit", "bio_queue", "bio_split", "rq_issue",
+                               "rq_complete", "scsi_dispatch", "scsi_done", "kiscsi_queue",
+                               "kiscsi_pdu", "tcp_probe", "cong_state", "sock_state"],
+                "target": ["lio_cmd_start", "lio_cmd_done", "tcp_probe", "cong_state"]}
+
+
+def _own_events(capture) -> pd.DataFrame:
+    from istrace.capture import events as capture_events
+
+    return capture_events.load_events(capture["own"])
+
+
+def test_istrace_probe_hook_table_in_the_guest(capture):
+    """Every hook of istrace-probe's table is attached on the stock kernel or says why not,
+    and the kernel stack's hooks (block, SCSI midlayer, iscsi_tcp, LIO, TCP) attached."""
+    meta = json.loads((capture["own"] / "meta.json").read_text())
+    assert meta["testbed"]["mode"] == "vm" and meta["drops_total"] == 0
+    for side, need in KERNEL_HOOKS.items():
+        p = meta["probes"][side]
+        assert p["status"] == "ok" and p["lost"] == 0, p
+        hooks = p["hooks"]
+        assert all(v and (not v.startswith("not attached") or ": " in v) for v in hooks.values())
+        missing = [h for h in need if str(hooks.get(h, "")).startswith("not attached")]
+        assert not missing, {h: hooks[h] for h in missing}
+    assert meta["testbed"]["tunables"]["queue_depth"] == QUEUE_DEPTH
+
+
+def test_istrace_probe_events_of_four_2mib_reads(capture):
+    """Event counts of 4 parallel 2 MiB O_DIRECT reads with max_sectors_kb 512: each read is one
+    read() of the workload's cgroup, 4 block requests, 4 SCSI commands on the initiator and 4
+    LIO commands on the target, with the same LBAs on both ends."""
+    ev = _own_events(capture)
+    ini, tgt = ev[ev.host == "initiator"], ev[ev.host == "target"]
+    reads = ini[(ini.event == "read_exit") & (ini.bytes == READ_BYTES)]
+    assert len(reads) == 4 and set(reads.comm) == {"dd"}
+    assert set(ini[ini.layer == "syscall"].comm) <= {"bash", "dd"}   # the cgroup's tasks only
+    rq = ini[ini.event == "rq_issue"]
+    assert len(rq) == 16 and (rq.bytes == MAX_SECTORS_KB * 1024).all()
+    assert len(ini[ini.event == "rq_complete"]) == 16
+    reads_lba = {int(x) for x in rq.lba}
+    assert reads_lba == {i * READ_BYTES // 512 + k * MAX_SECTORS_KB * 2
+                         for i in range(4) for k in range(4)}
+    lio = tgt[tgt.event == "lio_cmd_start"]
+    assert {int(x) for x in lio[lio.bytes == MAX_SECTORS_KB * 1024].lba} == reads_lba
+    # iscsi_tcp queued the same commands; the Data-In PDUs it completed carry the ITTs LIO saw
+    queued = ini[ini.event == "kiscsi_queue"]
+    assert {int(x) for x in queued.lba.dropna()} >= reads_lba
+    data_in = ini[(ini.event == "kiscsi_pdu") & (ini.opcode == 0x25)]
+    assert {int(x) for x in data_in.itt.dropna()} >= {int(x) for x in lio.itt.dropna()}
+    assert (tgt[tgt.layer == "tcp"].conn.str.endswith(f"{vmtestbed.TGT_IP}:3260")
+            | tgt[tgt.layer == "tcp"].conn.str.startswith(f"{vmtestbed.TGT_IP}:3260")).all()
+
+
+def test_report_names_the_split_and_the_queue_depth(capture):
+    """`istrace report` on the --kernel capture, unchanged: the block split and the SCSI
+    queue depth are each named with the setting in force."""
+    r = subprocess.run([sys.executable, "-m", "istrace.cli.main", "report",
+                        str(capture["own"])], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = r.stdout + r.stderr
+    assert "No block layer on the initiator" not in text
+    assert ("One 2 MiB read became 4 block requests of 512 KiB: max_sectors_kb = 512"
+            in text), text
+    assert f"A flat ceiling at {QUEUE_DEPTH}: the SCSI device's queue_depth = {QUEUE_DEPTH}" \
+        in text, text
+    assert (capture["own"] / "verdict.json").exists()
 
 
 def test_vm_powered_off_and_cleaned_up(capture):

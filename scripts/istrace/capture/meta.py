@@ -86,6 +86,14 @@ def read_meta(d: Path) -> dict[str, Any]:
     return meta
 
 
+def write_meta(d: Path, meta: dict[str, Any]) -> None:
+    """Write a capture directory's meta.json whole (a temporary file renamed into place), so a
+    capture killed mid-write still leaves the previous complete one."""
+    tmp = d / (layout.META + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, d / layout.META)
+
+
 def target_ports(meta: dict[str, Any]) -> tuple[int, ...]:
     """The iSCSI target port(s) of a capture: the portal meta.json recorded (the testbed's or
     the one given for real hosts), else 3260."""

@@ -43,14 +43,15 @@ def readers_sweep_workload(readers: tuple[int, ...], runtime_s: float) -> str:
 def run_split(tb: VmTestbed, out: Path, max_sectors_kb: int, count: int = 1) -> Path:
     if max_sectors_kb and tb.cfg.max_sectors_kb != max_sectors_kb:
         tb.retune(max_sectors_kb=max_sectors_kb)
-    return tb.capture(out, dd_workload(count, "2M"))
+    return tb.capture(out, dd_workload(count, "2M"), probes="bpftrace")
 
 
 def run_readers(tb: VmTestbed, out: Path, queue_depth: int, cmds_max: int,
                 readers: tuple[int, ...] = DEFAULT_READERS, runtime_s: float = 4.0) -> Path:
     if (tb.cfg.queue_depth, tb.cfg.cmds_max) != (queue_depth, cmds_max):
         tb.retune(queue_depth=queue_depth, cmds_max=cmds_max)
-    return tb.capture(out, readers_sweep_workload(readers, runtime_s), timeout_s=1800)
+    return tb.capture(out, readers_sweep_workload(readers, runtime_s), probes="bpftrace",
+                      timeout_s=1800)
 
 
 def main(argv: list[str]) -> int:

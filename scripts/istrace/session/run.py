@@ -107,9 +107,7 @@ class Session:
 
     # ---- meta.json, rewritten at every step so a killed capture still leaves one --------------
     def save_meta(self) -> None:
-        tmp = self.out / "meta.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, self.out / "meta.json")
+        capture_meta.write_meta(self.out, self.meta)
 
     # ---- setup ----------------------------------------------------------------------------------
     def setup_hosts(self) -> None:

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from istrace.capture import meta as capture_meta
+from istrace.system import paths
 from istrace.system.paths import REPO_ROOT
 from istrace.testbed import pattern, vm_events
 from istrace.testbed import state as testbed_state
@@ -38,6 +40,7 @@ from istrace.testbed.lifecycle import UpDown
 
 VM_ROOT = Path(os.environ.get("ISTRACE_VM_ROOT", "/tmp/istrace-vm"))
 VMDIR = REPO_ROOT / "scripts" / "vm"
+PROBE_MODES = ("istrace", "bpftrace", "off")
 INI_IP = "10.78.0.1"
 TGT_IP = "10.78.0.2"
 IQN = "iqn.2026-11.org.istrace:vm-target"
@@ -289,14 +292,26 @@ class VmTestbed(UpDown):
                                     "config": asdict(self.cfg), "info": self.info})
         return self.info
 
-    def capture(self, out_dir: str | Path, workload: str, probes: bool = True,
+    def capture(self, out_dir: str | Path, workload: str, probes: str = "istrace",
                 timeout_s: float = 900.0) -> Path:
-        """Run `workload` (bash; $DEV is the disk) under tcpdump and the probes; the capture
-        directory is converted (events-*.jsonl) and moved to `out_dir`."""
+        """Run `workload` (bash; $DEV is the disk) under tcpdump and the probes of both ends:
+        `istrace` (istrace-probe, the host's loader, on this kernel), `bpftrace` (the older
+        template, converted by vm_events) or `off`. The result is a standard capture
+        directory (pcaps, events-<end>.jsonl, meta.json) in `out_dir`, which `istrace
+        merge|track|plot|report` read unchanged."""
+        if probes not in PROBE_MODES:
+            raise VmError(f"probes {probes!r}: one of {', '.join(PROBE_MODES)}")
+        probe = ""
+        if probes == "istrace":
+            try:
+                probe = str(paths.binary("istrace-probe"))
+            except paths.MissingBinary as exc:
+                raise VmError(str(exc)) from None
         cap_id = f"cap-{uuid.uuid4().hex[:8]}"
         guest_out = self.dir / cap_id
         script = (f"bash {VMDIR}/guest_capture.sh {self.dir}/config.env {guest_out} "
-                  f"{shlex.quote(workload)} {'on' if probes else 'off'}")
+                  f"{shlex.quote(workload)} {probes} {shlex.quote(probe)}")
+        t0 = time.time_ns()
         rc, out = self.run(script, timeout_s=timeout_s)
         if not guest_out.is_dir():
             raise VmError(f"capture produced nothing (rc {rc}): {out.strip()[-800:]}")
@@ -306,10 +321,77 @@ class VmTestbed(UpDown):
         for item in guest_out.iterdir():
             shutil.move(str(item), dest / item.name)
         guest_out.rmdir()
-        vm_events.convert_dir(dest, INI_IP, TGT_IP)
+        if probes == "bpftrace":
+            vm_events.convert_dir(dest, INI_IP, TGT_IP)
+        capture_meta.write_meta(dest, self.capture_meta(dest, workload, rc, t0, probes))
         if rc != 0:
             raise VmError(f"workload failed (rc {rc}); see {dest}/workload.out")
         return dest
+
+    def capture_meta(self, d: Path, workload: str, rc: int, t0_ns: int,
+                     probes: str) -> dict[str, Any]:
+        """meta.json of a VM capture: the same blocks a namespace capture writes (schema §6),
+        with the kernel stack's tunables in the testbed block."""
+        up = json.loads((d / "testbed.json").read_text()) if (d / "testbed.json").exists() \
+            else {}
+        cfg = self.cfg
+        kernel = (_load_state(cfg.name) or {}).get("kernel") or cfg.kernel or ""
+        testbed = {"mode": "vm", "name": cfg.name,
+                   "kernel": Path(kernel).name.replace("vmlinuz-", ""),
+                   "portal": f"{TGT_IP}:3260", "iqn": IQN, "ini_ip": INI_IP,
+                   "tgt_ip": TGT_IP, "emulator": "netem", "offloads": False,
+                   "delay_i2t_ms": cfg.delay_ms, "delay_t2i_ms": cfg.delay_ms,
+                   "rate_mbit": 0.0, "lun_mb": cfg.lun_mb, "initiator": "open-iscsi (iscsi_tcp)",
+                   "target": "LIO (iscsi_target_mod, fileio)",
+                   # what the session really uses, read back from sysfs by `up`/`set`
+                   "tunables": up}
+        caps: dict[str, Any] = {}
+        total = 0
+        for role in ("initiator", "target"):
+            log = d / f"tcpdump-{role}.log"
+            counts = capture_meta.tcpdump_counts(log.read_text(errors="replace")
+                                                 if log.exists() else "")
+            drops = (counts["dropped_by_kernel"] or 0) + (counts["dropped_by_interface"] or 0)
+            total += drops
+            pcap = d / f"{role}.pcap"
+            caps[role] = {"file": pcap.name, "iface": "vi" if role == "initiator" else "vt",
+                          "snaplen": 0, "buffer_kib": 524288,
+                          "bytes": pcap.stat().st_size if pcap.exists() else 0, **counts,
+                          "counts_known": counts["dropped_by_kernel"] is not None}
+        wl = json.loads((d / "workload.json").read_text()) if (d / "workload.json").exists() \
+            else {}
+        meta: dict[str, Any] = {
+            "status": "done" if rc == 0 else "workload failed", "out": str(d),
+            "testbed": testbed, "captures": caps, "drops_total": total,
+            "complete": total == 0 and all(c["counts_known"] for c in caps.values()),
+            "clock": {"same_host_clock": True,
+                      "note": "both ends run in one guest kernel: one clock, offset 0 exactly"},
+            "workload": {"command": workload, "returncode": rc,
+                         "seconds": round((wl.get("end_ns", 0) - wl.get("start_ns", 0)) / 1e9,
+                                          3) if wl else None},
+            "started_ns": t0_ns, "ended_ns": time.time_ns(),
+            "probes": {role: _probe_status(d, role) for role in ("initiator", "target")}
+            if probes == "istrace" else {"status": "bpftrace (probes.bt.in, vm_events)"}
+            if probes == "bpftrace" else {"status": "off (--probes off)"},
+            "hoststats": {"status": "not sampled: the VM testbed has no host sampler yet"},
+        }
+        if total:
+            meta["warnings"] = [f"capture lost {total} packets (tcpdump kernel drops)"]
+        meta["negotiated"] = capture_meta.negotiated(d / "initiator.pcap", 3260)
+        return meta
+
+
+def _probe_status(d: Path, role: str) -> dict[str, Any]:
+    """One end's probe outcome: its hook table (events-<end>.meta.json) or why there is none."""
+    side = d / f"events-{role}.meta.json"
+    if not side.exists():
+        log = d / f"probe-{role}.log"
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+        return {"status": "failed: " + " / ".join(tail) if tail else "failed: no output"}
+    info = json.loads(side.read_text())
+    return {"status": "ok" if info.get("state") == "done" else str(info.get("state")),
+            "events": info.get("events"), "lost": info.get("lost"),
+            "hooks": info.get("hooks", {})}
 
 
 def _load_state(name: str) -> dict[str, Any] | None:
@@ -459,7 +541,8 @@ def main_capture(argv: list[str]) -> int:
     w.add_argument("--workload", help="any bash command; $DEV is the initiator's disk")
     p.add_argument("--bs", default="2M")
     p.add_argument("--runtime", type=float, default=5.0, help="seconds, for --readers")
-    p.add_argument("--no-probes", action="store_true", help="packets only")
+    p.add_argument("--probes", choices=PROBE_MODES, default="istrace",
+                   help="istrace-probe (default), the older bpftrace template, or packets only")
     a = p.parse_args(argv)
     if a.readers is not None:
         workload = readers_workload(a.readers, a.runtime)
@@ -468,7 +551,7 @@ def main_capture(argv: list[str]) -> int:
     else:
         workload = dd_workload(a.dd_count or 1, a.bs)
     try:
-        dest = VmTestbed.attach(a.name).capture(a.out, workload, probes=not a.no_probes)
+        dest = VmTestbed.attach(a.name).capture(a.out, workload, probes=a.probes)
     except (VmError, OSError) as exc:
         return _fail(exc)
     print(f"vmtestbed: capture in {dest}", file=sys.stderr)

@@ -322,6 +322,29 @@ def resp_times(commands: pd.DataFrame | None) -> pd.Series:
     return commands["resp_time_us"].dropna().astype(float)
 
 
+def _reads_that_did_io(sc: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
+    """Where the initiator has a block layer: only the reads during which the same process
+    queued a bio, i.e. the application's reads of the disk, not its shell's or loader's
+    small file reads. Without block events (a user-space initiator), every read."""
+    if "pid" not in ev.columns or "lat_ns" not in sc.columns:
+        return sc
+    bio = ev[(ev["layer"] == "block") & (ev["event"].astype(str) == "bio_queue")]
+    if bio.empty or sc.empty:
+        return sc
+    keep = np.zeros(len(sc), dtype=bool)
+    end = sc["ts_ns"].to_numpy(dtype="int64")
+    start = end - sc["lat_ns"].to_numpy(dtype="float64").astype("int64")
+    pid = sc["pid"].to_numpy()
+    for p, b in bio.groupby("pid"):
+        ts = np.sort(b["ts_ns"].to_numpy(dtype="int64"))
+        mine = pid == p
+        i = np.searchsorted(ts, start[mine], side="left")
+        inside = i < len(ts)
+        inside[inside] = ts[i[inside]] <= end[mine][inside]
+        keep[np.flatnonzero(mine)[inside]] = True
+    return sc[keep] if keep.any() else sc
+
+
 def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> dict[str, object]:
     """Syscall size vs block request size vs PDU block size (bytes per SCSI command)."""
     out: dict[str, object] = {}
@@ -338,6 +361,7 @@ def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> d
         # The application's reads (read/pread/readv...), not its socket chatter.
         sc = ev[(ev["layer"] == "syscall") & done &
                 ev["event"].astype(str).str.match(r"^(p?readv?|pread64|preadv2?)(_exit)?$")]
+        sc = _reads_that_did_io(sc, ev)
         out["syscall"] = mode(sc["bytes"])
         bl = ev[(ev["layer"] == "block") & done]
         out["block"] = mode(bl["bytes"])

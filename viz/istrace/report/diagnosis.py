@@ -25,6 +25,32 @@ def _fmt_bytes(n: float | None) -> str:
     return data.human_size(n)
 
 
+def _tunables(meta: dict[str, Any]) -> dict[str, Any]:
+    """The kernel stack's settings in force (a --kernel capture's testbed block)."""
+    tb = meta.get("testbed") if isinstance(meta.get("testbed"), dict) else {}
+    tun = (tb or {}).get("tunables")
+    return tun if isinstance(tun, dict) else {}
+
+
+def _split_cause(meta: dict[str, Any], largest_request: float) -> str:
+    """Why the block layer cut a read: the split size in force when it matches."""
+    kb = _tunables(meta).get("max_sectors_kb")
+    if isinstance(kb, int | float) and kb > 0 and largest_request <= kb * 1024 \
+            and largest_request > kb * 1024 / 2:
+        return f"max_sectors_kb = {kb:g} (the block device's request size limit, meta.json)"
+    return "the block layer's request size limit (max_sectors_kb or the device's limits)"
+
+
+def _ceiling_cause(meta: dict[str, Any], n: int) -> str:
+    """Which concurrency limit sits at `n` outstanding, when the capture recorded it."""
+    tun = _tunables(meta)
+    for key, what in (("queue_depth", "the SCSI device's queue_depth"),
+                      ("can_queue", "the iSCSI host's can_queue (cmds_max)")):
+        if tun.get(key) == n:
+            return f"{what} = {n} (meta.json)"
+    return "a concurrency limit (queue depth, can_queue, or the workload's own)"
+
+
 def diagnose(cap: Capture) -> dict[str, Any]:
     """Every number of the verdict (tested directly), plus sentences for the report."""
     out: dict[str, Any] = {"findings": [], "warnings": list(cap.warnings),
@@ -56,8 +82,15 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     if sizes.get("syscall") and not sizes.get("block"):
         msg += (" (No block layer on the initiator: a user-space initiator, so its read "
                 "syscalls are its own file/socket I/O, not the application's request size.)")
-    sc, pb = sizes.get("syscall"), sizes.get("scsi_command")
-    if sc and pb and pb["typical"] and sc["typical"] > pb["typical"]:
+    sc, pb, bl = sizes.get("syscall"), sizes.get("scsi_command"), sizes.get("block")
+    if sc and bl and bl["typical"] and sc["typical"] > bl["typical"]:
+        split = _split_cause(cap.meta, bl["max"])
+        out["split"] = {"read_bytes": sc["typical"], "request_bytes": bl["typical"],
+                        "requests_per_read": sc["typical"] / bl["typical"], "cause": split}
+        msg += (f" One {_fmt_bytes(sc['typical'])} read became "
+                f"{sc['typical'] / bl['typical']:.0f} block requests of "
+                f"{_fmt_bytes(bl['typical'])}: {split}.")
+    elif sc and pb and pb["typical"] and sc["typical"] > pb["typical"]:
         msg += (f" Each {_fmt_bytes(sc['typical'])} read() is cut into "
                 f"{sc['typical'] / pb['typical']:.0f} SCSI commands of "
                 f"{_fmt_bytes(pb['typical'])}: every one pays the round trip.")
@@ -70,8 +103,8 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         s = (f"Commands outstanding: at most {ceil['max']}, held {ceil['time_at_max'] * 100:.0f}%"
              f" of the time, reached {ceil['reached']} times.")
         if ceil["flat"]:
-            s += (f" A flat ceiling at {ceil['max']}: a concurrency limit (queue depth, "
-                  "can_queue, or the workload's own) caps parallelism.")
+            s += (f" A flat ceiling at {ceil['max']}: "
+                  f"{_ceiling_cause(cap.meta, int(ceil['max']))} caps parallelism.")
         say(s)
 
     segs = sender_segs(cap, d)

@@ -312,7 +312,8 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     phase = (int(x["ts_ns"].min()), int(x["ts_ns"].max())) if x is not None and len(x) else None
     ev["cpu_use"] = accounting.cpu_use(cap, phase)
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
-    ev["one_machine"] = (tb or {}).get("mode") == "netns"
+    # the namespace testbed and the VM testbed: both ends share one kernel and its CPUs
+    ev["one_machine"] = (tb or {}).get("mode") in ("netns", "vm")
     ev["rwnd_median"] = ev["cwnd_median"] = ev["rwnd_max"] = ev["sndbuf_max"] = None
     ev["rcvbuf_max"] = None
     if cap.track is not None and not cap.track.samples.empty:
