@@ -86,10 +86,10 @@ def test_kernel_caps_are_named_from_the_settings_in_force():
 
     meta = {"testbed": {"mode": "vm", "tunables": {"max_sectors_kb": 32, "queue_depth": 2,
                                                    "can_queue": 113}}}
-    assert diagnosis._split_cause(meta, 32768).startswith("max_sectors_kb = 32 ")
+    assert diagnosis.split_cause(meta, 32768).startswith("max_sectors_kb = 32 ")
     # requests far below the limit were cut by something else: say so, do not guess
-    assert "max_sectors_kb or the device's limits" in diagnosis._split_cause(meta, 4096)
-    assert diagnosis._ceiling_cause(meta, 2) == "the SCSI device's queue_depth = 2 (meta.json)"
-    assert diagnosis._ceiling_cause(meta, 113).startswith("the iSCSI host's can_queue")
-    assert diagnosis._ceiling_cause(meta, 8).startswith("a concurrency limit")
-    assert diagnosis._ceiling_cause({}, 2).startswith("a concurrency limit")
+    assert "max_sectors_kb or the device's limits" in diagnosis.split_cause(meta, 4096)
+    assert diagnosis.ceiling_cause(meta, 2) == "the SCSI device's queue_depth = 2 (meta.json)"
+    assert diagnosis.ceiling_cause(meta, 113).startswith("the iSCSI host's can_queue")
+    assert diagnosis.ceiling_cause(meta, 8).startswith("a concurrency limit")
+    assert diagnosis.ceiling_cause({}, 2).startswith("a concurrency limit")

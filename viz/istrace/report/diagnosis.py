@@ -32,7 +32,7 @@ def _tunables(meta: dict[str, Any]) -> dict[str, Any]:
     return tun if isinstance(tun, dict) else {}
 
 
-def _split_cause(meta: dict[str, Any], largest_request: float) -> str:
+def split_cause(meta: dict[str, Any], largest_request: float) -> str:
     """Why the block layer cut a read: the split size in force when it matches."""
     kb = _tunables(meta).get("max_sectors_kb")
     if isinstance(kb, int | float) and kb > 0 and largest_request <= kb * 1024 \
@@ -41,7 +41,7 @@ def _split_cause(meta: dict[str, Any], largest_request: float) -> str:
     return "the block layer's request size limit (max_sectors_kb or the device's limits)"
 
 
-def _ceiling_cause(meta: dict[str, Any], n: int) -> str:
+def ceiling_cause(meta: dict[str, Any], n: int) -> str:
     """Which concurrency limit sits at `n` outstanding, when the capture recorded it."""
     tun = _tunables(meta)
     for key, what in (("queue_depth", "the SCSI device's queue_depth"),
@@ -84,7 +84,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
                 "syscalls are its own file/socket I/O, not the application's request size.)")
     sc, pb, bl = sizes.get("syscall"), sizes.get("scsi_command"), sizes.get("block")
     if sc and bl and bl["typical"] and sc["typical"] > bl["typical"]:
-        split = _split_cause(cap.meta, bl["max"])
+        split = split_cause(cap.meta, bl["max"])
         out["split"] = {"read_bytes": sc["typical"], "request_bytes": bl["typical"],
                         "requests_per_read": sc["typical"] / bl["typical"], "cause": split}
         msg += (f" One {_fmt_bytes(sc['typical'])} read became "
@@ -104,7 +104,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
              f" of the time, reached {ceil['reached']} times.")
         if ceil["flat"]:
             s += (f" A flat ceiling at {ceil['max']}: "
-                  f"{_ceiling_cause(cap.meta, int(ceil['max']))} caps parallelism.")
+                  f"{ceiling_cause(cap.meta, int(ceil['max']))} caps parallelism.")
         say(s)
 
     segs = sender_segs(cap, d)
