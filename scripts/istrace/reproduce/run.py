@@ -229,6 +229,20 @@ def ping_rtt_ms(tb: Testbed, count: int = 5) -> float:
     return float(m.group(1))
 
 
+def with_path_rtt(measure: Callable[[Testbed, Row, float], Row]) -> Callable[[Testbed, Row], Row]:
+    """`measure(tb, point, rtt_ms)` as a sweep's measure: the path's RTT pinged once per
+    delay (points of one delay share a testbed, so one ping serves them all)."""
+    rtts: dict[float, float] = {}
+
+    def meas(tb: Testbed, p: Row) -> Row:
+        d = float(p["delay_ms"])
+        if d not in rtts:
+            rtts[d] = ping_rtt_ms(tb)
+        return measure(tb, p, rtts[d])
+
+    return meas
+
+
 def fixed_receive_buffer(tb: Testbed, size: int = 8 << 20) -> None:
     """A large fixed receive buffer in the initiator namespace, autotuning off.
 

@@ -106,13 +106,7 @@ def run(out: Path, quick: bool, time_s: float | None = None) -> int:
     sweep = SweepCSV(out / "window.csv", COLUMNS, KEY)
     points = plan(quick)
     progress = Progress("window", len(points))
-    rtts: dict[float, float] = {}
-
-    def meas(tb: repro_run.Testbed, p: Row) -> Row:
-        d = float(p["delay_ms"])
-        if d not in rtts:
-            rtts[d] = repro_run.ping_rtt_ms(tb)
-        return measure(tb, p, secs, rtts[d])
+    meas = repro_run.with_path_rtt(lambda tb, p, rtt: measure(tb, p, secs, rtt))
 
     rows = repro_run.run_grouped(
         sweep, points, group=lambda p: (p["delay_ms"],),
