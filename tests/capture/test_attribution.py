@@ -58,6 +58,14 @@ def test_lba_prefers_size_then_life_then_next() -> None:
     assert _ids(got) == [2, 2, 2, 1]
 
 
+def test_lba_completion_after_the_response_with_late_allowance() -> None:
+    # the SCSI midlayer's / block layer's completion of cmd 0 (LBA 0, 4096 B) comes 4 ms
+    # after its response (+2 ms slack): only the late allowance keeps it with cmd 0
+    t = np.array([T0 + 9 * MS])
+    assert _ids(at.by_lba(t, [0], [4096], _commands())) == [2]        # next LBA-0 command
+    assert _ids(at.by_lba(t, [0], [4096], _commands(), late_ns=10 * MS)) == [0]
+
+
 def test_seq_carries_the_pdu_command_across_wraps() -> None:
     # one direction, PDUs of 1 GiB every 10 ms from just below 2^32: the stream wraps twice
     n = 10

@@ -68,8 +68,8 @@ def capture(tmp_path_factory):
         # behind a SCSI queue_depth of 2 and the 512 KiB request size limit.
         tuned = tb.retune(queue_depth=QUEUE_DEPTH)
         own = tmp_path_factory.mktemp("vmcap-istrace")
-        readers = "; ".join(f"dd if=$DEV of=/dev/null iflag=direct bs=2M count=1 skip={i} &"
-                            for i in range(4)) + " wait"
+        readers = " ".join(f"dd if=$DEV of=/dev/null iflag=direct bs=2M count=1 skip={i} &"
+                           for i in range(4)) + " wait"
         tb.capture(own, readers, probes="istrace", timeout_s=330)
         vm_pid = int(json.loads((tb.dir / "state.json").read_text())["pid"])
     yield {"dir": out, "first_word": first_word, "qdisc": delay, "info": info, "pid": vm_pid,
@@ -279,6 +279,36 @@ def test_istrace_probe_events_of_four_2mib_reads(capture):
     assert {int(x) for x in data_in.itt.dropna()} >= {int(x) for x in lio.itt.dropna()}
     assert (tgt[tgt.layer == "tcp"].conn.str.endswith(f"{vmtestbed.TGT_IP}:3260")
             | tgt[tgt.layer == "tcp"].conn.str.startswith(f"{vmtestbed.TGT_IP}:3260")).all()
+
+
+def test_one_read_tied_through_every_layer_in_the_merge(capture):
+    """`istrace merge` on the istrace-probe capture: each SCSI command of the 4 reads carries
+    one cmd_id from the block request down to LIO, through the layers that know its LBA
+    (block, SCSI midlayer, iscsi_tcp's queuecommand) and those that know its ITT (iscsi_tcp's
+    PDUs, LIO), and the wire on both ends."""
+    from istrace.merge import merger as merge
+
+    merge.merge_dir(capture["own"])
+    m = pd.read_parquet(capture["own"] / "merged.parquet")
+    reads = m[(m.source == "pcap") & (m.host == "initiator") & (m.event == "SCSI Command")]
+    ids = reads.cmd_id.dropna().unique()
+    assert len(ids) >= 16, reads
+    need = {("initiator", "rq_issue"), ("initiator", "rq_complete"),
+            ("initiator", "scsi_dispatch"), ("initiator", "scsi_done"),
+            ("initiator", "kiscsi_queue"), ("initiator", "kiscsi_pdu"),
+            ("initiator", "SCSI Command"), ("initiator", "SCSI Data-In"),
+            ("target", "SCSI Command"), ("target", "lio_cmd_start"), ("target", "lio_cmd_done")}
+    tied = 0
+    for cid in ids:
+        rows = m[m.cmd_id == cid]
+        if not (rows.event == "rq_issue").any():
+            continue                      # not one of the reads (INQUIRY, READ CAPACITY...)
+        got = set(zip(rows.host, rows.event, strict=True))
+        assert need <= got, sorted(need - got)
+        lbas = rows[rows.event.isin(["scsi_dispatch", "kiscsi_queue", "lio_cmd_start"])].lba
+        assert lbas.nunique() == 1
+        tied += 1
+    assert tied == 16
 
 
 def test_report_names_the_split_and_the_queue_depth(capture):

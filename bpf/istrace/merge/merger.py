@@ -201,6 +201,26 @@ def _normalise(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _tie_by_lba(df: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame, slack: int) -> None:
+    """A kernel initiator's block, SCSI midlayer and iscsi_tcp events carry the LBA but no
+    ITT (it is assigned later): tie them by LBA and size, which is exact where time is a
+    guess (many commands outstanding). Block events count 512-byte sectors, the SCSI LBA
+    counts the LUN's blocks. Initiator only: a target's block events are its backing store's
+    sectors, which need not be the LUN's."""
+    rows = ((df["source"] == "probe") & (df["host"] == "initiator") & df["itt"].isna()
+            & df["lba"].notna() & df["layer"].isin(["block", "scsi", "iscsi"]))
+    rows = rows.fillna(False).astype(bool)
+    if not rows.any():
+        return
+    lba = pd.to_numeric(df.loc[rows, "lba"], errors="coerce")
+    blocks = df.loc[rows, "layer"] == "block"
+    bs = attribution.block_size(commands)
+    lba = lba.where(~blocks, lba * 512 // bs)
+    got = pd.Series(attribution.by_lba(_times(df, rows), lba, df.loc[rows, "bytes"], commands,
+                                       slack, attribution.ITT_LATE_NS), index=df.index[rows])
+    cmd[rows] = got.where(got.notna(), cmd[rows])
+
+
 def _times(df: pd.DataFrame, rows: pd.Series) -> np.ndarray:
     """ts_ns_merged of the chosen rows: the initiator's clock, the one commands.csv is on."""
     return df.loc[rows, "ts_ns_merged"].to_numpy(np.int64)
@@ -316,7 +336,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     have_cmds = ini_pdus is not None and "cmd" in ini_pdus and ini_cmds is not None
     # the columns the cmd_id rules look at, in pandas (strings as categoricals: cheap)
     need = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt", "bytes",
-            "ts_ns_merged", "offset", "pdu"] if have_cmds else ["ts_ns"]
+            "lba", "ts_ns_merged", "offset", "pdu"] if have_cmds else ["ts_ns"]
     key = pa.table({c: (pc.dictionary_encode(table[c]) if c in _STR_COLS else table[c])
                     for c in need})
     df = key.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
@@ -363,6 +383,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
                                                      df.loc[off_rows, "offset"], commands,
                                                      slack), index=df.index[off_rows])
             cmd[off_rows] = by_off.where(by_off.notna(), cmd[off_rows])
+        _tie_by_lba(df, cmd, commands, slack)
     else:
         notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")
     table = table.set_column(table.schema.get_field_index("cmd_id"), "cmd_id",

@@ -147,12 +147,13 @@ def by_offset(t: np.ndarray, offset: Any, commands: pd.DataFrame,
 
 
 def by_lba(t: np.ndarray, lba: Any, nbytes: Any, commands: pd.DataFrame,
-           slack_ns: int = SLACK_NS) -> pd.arrays.IntegerArray:
+           slack_ns: int = SLACK_NS, late_ns: int = 0) -> pd.arrays.IntegerArray:
     """By LBA and size (SCSI-layer events, which carry the CDB): the command with that LBA
     and transfer size issued last before the event (+ slack), while the event is within its
-    life + slack; failing the size (unknown on either side, or different), by LBA alone;
-    failing the life, the next command with that LBA (the midlayer may dispatch a command
-    long before the initiator's iSCSI layer puts it on the wire)."""
+    life + slack (+ late_ns: completions above the wire come after its response); failing
+    the size (unknown on either side, or different), by LBA alone; failing the life, the next
+    command with that LBA (the midlayer may dispatch a command long before the initiator's
+    iSCSI layer puts it on the wire)."""
     t = np.asarray(t, np.int64)
     lb, valid = _ints(lba)
     n = len(lb)
@@ -164,10 +165,10 @@ def by_lba(t: np.ndarray, lba: Any, nbytes: Any, commands: pd.DataFrame,
     csize, csize_ok = _ints(commands["xfer_bytes"]) if "xfer_bytes" in commands else \
         (np.zeros(len(commands), np.int64), np.zeros(len(commands), bool))
     cmd, found = _latest_issued(t, [lb, size], valid & size_ok, commands, [clba, csize],
-                                cvalid & csize_ok, slack_ns, 0)
+                                cvalid & csize_ok, slack_ns, late_ns)
     for forward in (False, True):
         more, f2 = _latest_issued(t, [lb], valid & ~found, commands, [clba], cvalid,
-                                  slack_ns, 0, forward=forward)
+                                  slack_ns, late_ns, forward=forward)
         cmd = np.where(f2, more, cmd)
         found |= f2
     return _result(cmd, found)
