@@ -237,7 +237,8 @@ class VmTestbed(UpDown):
             (self.dir / "cmd" / "shutdown").touch()
             deadline = time.monotonic() + 60
             start = state.get("pid_start")
-            while time.monotonic() < deadline and testbed_state.proc_start(pid) == start:
+            while time.monotonic() < deadline and _reap(pid) and \
+                    testbed_state.proc_start(pid) == start:
                 time.sleep(0.5)
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 if testbed_state.proc_start(pid) != state.get("pid_start"):
@@ -392,6 +393,17 @@ def _probe_status(d: Path, role: str) -> dict[str, Any]:
     return {"status": "ok" if info.get("state") == "done" else str(info.get("state")),
             "events": info.get("events"), "lost": info.get("lost"),
             "hooks": info.get("hooks", {})}
+
+
+def _reap(pid: int) -> bool:
+    """Collect the vng process if this process started it and it has exited (else it stays
+    a zombie that looks alive, and `down` would wait out its whole deadline). True always:
+    a loop condition."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return True
 
 
 def _load_state(name: str) -> dict[str, Any] | None:
