@@ -43,6 +43,64 @@ int BPF_PROG(kiscsi_pdu_fentry, void *conn, void *hdr) { return on_kiscsi_pdu(hd
 SEC("kprobe/iscsi_complete_pdu")
 int BPF_KPROBE(kiscsi_pdu_kp, void *conn, void *hdr) { return on_kiscsi_pdu(hdr); }
 
+/* A SCSI Command PDU's BHS in memory (wire format): ITT, expected length, CDB. Other
+ * opcodes are not recorded (a task's Data-Out and NOP headers pass the same functions). */
+static __always_inline int on_cmd_bhs(const void *hdr, __u32 type)
+{
+	struct istrace_event *e;
+	__u8 bhs[48] = {};
+
+	if (!hdr || bpf_probe_read_kernel(bhs, sizeof(bhs), hdr))
+		return 0;
+	if ((bhs[0] & 0x3f) != 0x01)
+		return 0;
+	e = ev_new(type);
+	if (!e)
+		return 0;
+	fill_cdb(e, bhs + 32);
+	e->itt = be32(bhs + 16);
+	e->bytes = be32(bhs + 20);
+	e->flags |= F_ITT | F_BYTES;
+	ev_submit(e);
+	return 0;
+}
+
+/* iscsi_tcp (kernel initiator): iscsi_tcp_task_xmit(struct iscsi_task *) sends the task's
+ * PDUs; for a command its header is built by now, ITT included (queuecommand had none). */
+struct iscsi_task___istrace {
+	void *hdr;
+} __attribute__((preserve_access_index));
+
+static __always_inline int on_task_xmit(void *task)
+{
+	return on_cmd_bhs(BPF_CORE_READ((struct iscsi_task___istrace *)task, hdr), EV_KISCSI_XMIT);
+}
+
+SEC("fentry/iscsi_tcp_task_xmit")
+int BPF_PROG(kiscsi_xmit_fentry, void *task) { return on_task_xmit(task); }
+SEC("kprobe/iscsi_tcp_task_xmit")
+int BPF_KPROBE(kiscsi_xmit_kp, void *task) { return on_task_xmit(task); }
+
+/* LIO (iscsi_target_mod): iscsit_setup_scsi_cmd(conn, cmd, unsigned char *buf), buf being
+ * the received BHS: the command as the target first sees it, before the target core. */
+SEC("fentry/iscsit_setup_scsi_cmd")
+int BPF_PROG(lio_cmd_rx_fentry, void *conn, void *cmd, void *buf)
+{
+	return on_cmd_bhs(buf, EV_LIO_CMD_RX);
+}
+SEC("kprobe/iscsit_setup_scsi_cmd")
+int BPF_KPROBE(lio_cmd_rx_kp, void *conn, void *cmd, void *buf)
+{
+	return on_cmd_bhs(buf, EV_LIO_CMD_RX);
+}
+
+/* LIO: lio_queue_data_in(struct se_cmd *): the backing store's data is ready and goes to
+ * the iSCSI layer to be sent as Data-In (the end of the target's service time). */
+SEC("fentry/lio_queue_data_in")
+int BPF_PROG(lio_data_in_fentry, void *se_cmd) { return on_se_cmd(se_cmd, EV_LIO_DATA_IN); }
+SEC("kprobe/lio_queue_data_in")
+int BPF_KPROBE(lio_data_in_kp, void *se_cmd) { return on_se_cmd(se_cmd, EV_LIO_DATA_IN); }
+
 /* libiscsi, the user-space initiator library (uprobes) */
 
 /* libiscsi: the scsi_task pointer between entry and return of iscsi_scsi_command_async. */

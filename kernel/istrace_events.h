@@ -42,6 +42,9 @@ enum istrace_event_type {
 	EV_KISCSI_PDU,       /* kprobe iscsi_complete_pdu (a PDU received by the initiator) */
 	EV_LIO_CMD_START,    /* target:target_sequencer_start (LIO) */
 	EV_LIO_CMD_DONE,     /* target:target_cmd_complete (LIO) */
+	EV_KISCSI_XMIT,      /* iscsi_tcp_task_xmit: a SCSI Command PDU leaves the initiator */
+	EV_LIO_CMD_RX,       /* iscsit_setup_scsi_cmd: LIO received a SCSI Command PDU */
+	EV_LIO_DATA_IN,      /* lio_queue_data_in: LIO hands the read data to iSCSI to send */
 	/* iscsi / scsi, user space */
 	EV_USDT_ISSUE,       /* istrace gen USDT istrace:cmd_issue */
 	EV_USDT_FIRST_DATA,  /* istrace gen USDT istrace:cmd_first_data */

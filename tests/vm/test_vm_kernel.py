@@ -230,8 +230,10 @@ def test_events_follow_the_schema(capture):
 
 KERNEL_HOOKS = {"initiator": ["sys_enter", "sys_exit", "bio_queue", "bio_split", "rq_issue",
                                "rq_complete", "scsi_dispatch", "scsi_done", "kiscsi_queue",
-                               "kiscsi_pdu", "tcp_probe", "cong_state", "sock_state"],
-                "target": ["lio_cmd_start", "lio_cmd_done", "tcp_probe", "cong_state"]}
+                               "kiscsi_xmit", "kiscsi_pdu", "tcp_probe", "cong_state",
+                               "sock_state"],
+                "target": ["lio_cmd_rx", "lio_cmd_start", "lio_data_in", "lio_cmd_done",
+                           "tcp_probe", "cong_state"]}
 
 
 def _own_events(capture) -> pd.DataFrame:
@@ -295,9 +297,11 @@ def test_one_read_tied_through_every_layer_in_the_merge(capture):
     assert len(ids) >= 16, reads
     need = {("initiator", "rq_issue"), ("initiator", "rq_complete"),
             ("initiator", "scsi_dispatch"), ("initiator", "scsi_done"),
-            ("initiator", "kiscsi_queue"), ("initiator", "kiscsi_pdu"),
-            ("initiator", "SCSI Command"), ("initiator", "SCSI Data-In"),
-            ("target", "SCSI Command"), ("target", "lio_cmd_start"), ("target", "lio_cmd_done")}
+            ("initiator", "kiscsi_queue"), ("initiator", "kiscsi_xmit"),
+            ("initiator", "kiscsi_pdu"), ("initiator", "SCSI Command"),
+            ("initiator", "SCSI Data-In"), ("target", "SCSI Command"),
+            ("target", "lio_cmd_rx"), ("target", "lio_cmd_start"), ("target", "lio_data_in"),
+            ("target", "lio_cmd_done")}
     tied = 0
     for cid in ids:
         rows = m[m.cmd_id == cid]
@@ -305,8 +309,17 @@ def test_one_read_tied_through_every_layer_in_the_merge(capture):
             continue                      # not one of the reads (INQUIRY, READ CAPACITY...)
         got = set(zip(rows.host, rows.event, strict=True))
         assert need <= got, sorted(need - got)
-        lbas = rows[rows.event.isin(["scsi_dispatch", "kiscsi_queue", "lio_cmd_start"])].lba
+        lbas = rows[rows.event.isin(["scsi_dispatch", "kiscsi_queue", "kiscsi_xmit",
+                                     "lio_cmd_rx", "lio_cmd_start", "lio_data_in"])].lba
         assert lbas.nunique() == 1
+        # the read's path in order, one kernel, one clock: down the initiator's stack, across
+        # the delayed path, through LIO and back up
+        first = rows[rows.source == "probe"].groupby("event").ts_ns_merged.min()
+        chain = ["rq_issue", "scsi_dispatch", "kiscsi_queue", "kiscsi_xmit", "lio_cmd_rx",
+                 "lio_cmd_start", "lio_data_in", "scsi_done", "rq_complete"]
+        times = [int(first[e]) for e in chain]
+        assert times == sorted(times), dict(zip(chain, times, strict=True))
+        assert first["lio_cmd_rx"] - first["kiscsi_xmit"] >= DELAY_MS * 1e6
         tied += 1
     assert tied == 16
 
