@@ -207,7 +207,10 @@ def _tie_by_lba(df: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame, slack:
     guess (many commands outstanding). Block events count 512-byte sectors, the SCSI LBA
     counts the LUN's blocks. Initiator only: a target's block events are its backing store's
     sectors, which need not be the LUN's."""
-    rows = ((df["source"] == "probe") & (df["host"] == "initiator") & df["itt"].isna()
+    # ... and the ITT-carrying ones the ITT rule left out: iscsi_tcp hands a command to TCP
+    # before the capture sees it on the wire, by more than the slack on a slow (emulated) host
+    rows = ((df["source"] == "probe") & (df["host"] == "initiator")
+            & (df["itt"].isna() | cmd.isna())
             & df["lba"].notna() & df["layer"].isin(["block", "scsi", "iscsi"]))
     rows = rows.fillna(False).astype(bool)
     if not rows.any():
