@@ -137,8 +137,11 @@ def test_params_quick(quick_run):
 
 
 def test_blocksize_quick(quick_run):
+    from istrace.reproduce import blocksize as repro_blocksize
+
     rc, out = quick_run("blocksize")
-    df = ok_rows(out / "blocksize.csv")
+    ok_rows(out / "blocksize.csv")
+    df = repro_blocksize.load(out)          # with the derived CPU per GB
     png_ok(out / "repro-blocksize.png")
     assert rc == 0 and len(df) == 9
 
