@@ -77,6 +77,7 @@ static const struct evinfo evinfo[EV_MAX] = {
 	[EV_KISCSI_XMIT] = { "iscsi", "kiscsi_xmit" },
 	[EV_LIO_CMD_RX] = { "iscsi", "lio_cmd_rx" },
 	[EV_LIO_DATA_IN] = { "iscsi", "lio_data_in" },
+	[EV_LIO_BS_SUBMIT] = { "scsi", "lio_bs_submit" },
 	[EV_USDT_ISSUE] = { "scsi", "cmd_issue" },
 	[EV_USDT_FIRST_DATA] = { "scsi", "cmd_first_data" },
 	[EV_USDT_DONE] = { "scsi", "cmd_done" },

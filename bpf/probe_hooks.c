@@ -66,6 +66,7 @@ struct hook hooks[] = {
 	KP("kiscsi_xmit", "iscsi", "iscsi_tcp_task_xmit", "kiscsi_xmit"),
 	KP("lio_cmd_rx", "iscsi", "iscsit_setup_scsi_cmd", "lio_cmd_rx"),
 	KP("lio_data_in", "iscsi", "lio_queue_data_in", "lio_data_in"),
+	KP("lio_bs_submit", "scsi", "fd_execute_rw", "lio_bs_submit"),
 	USER("usdt_cmd_issue", "scsi", "cmd_issue", BIN_GEN, V_USDT, "usdt_cmd_issue"),
 	USER("usdt_cmd_first_data", "scsi", "cmd_first_data", BIN_GEN, V_USDT,
 	     "usdt_cmd_first_data"),

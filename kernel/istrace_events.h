@@ -45,6 +45,7 @@ enum istrace_event_type {
 	EV_KISCSI_XMIT,      /* iscsi_tcp_task_xmit: a SCSI Command PDU leaves the initiator */
 	EV_LIO_CMD_RX,       /* iscsit_setup_scsi_cmd: LIO received a SCSI Command PDU */
 	EV_LIO_DATA_IN,      /* lio_queue_data_in: LIO hands the read data to iSCSI to send */
+	EV_LIO_BS_SUBMIT,    /* fd_execute_rw: LIO's fileio backing store starts the command's I/O */
 	/* iscsi / scsi, user space */
 	EV_USDT_ISSUE,       /* istrace gen USDT istrace:cmd_issue */
 	EV_USDT_FIRST_DATA,  /* istrace gen USDT istrace:cmd_first_data */

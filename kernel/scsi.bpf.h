@@ -74,6 +74,14 @@ static __always_inline int on_se_cmd(void *cmd, __u32 type)
 	return 0;
 }
 
+/* LIO's fileio backing store: fd_execute_rw(struct se_cmd *, sgl, nents, dir) starts the
+ * command's file I/O; target_cmd_complete (lio_cmd_done) is its end, so the two give the
+ * backing store's service time (the iblock backend, iblock_execute_rw, is not hooked). */
+SEC("fentry/fd_execute_rw")
+int BPF_PROG(lio_bs_submit_fentry, void *cmd) { return on_se_cmd(cmd, EV_LIO_BS_SUBMIT); }
+SEC("kprobe/fd_execute_rw")
+int BPF_KPROBE(lio_bs_submit_kp, void *cmd) { return on_se_cmd(cmd, EV_LIO_BS_SUBMIT); }
+
 SEC("raw_tp/target_sequencer_start")
 int BPF_PROG(lio_start_raw, void *cmd) { return on_se_cmd(cmd, EV_LIO_CMD_START); }
 SEC("raw_tp/target_cmd_complete")

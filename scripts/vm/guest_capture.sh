@@ -56,7 +56,8 @@ mkdir -p "$CG"
 if [ "$PROBES" = istrace ]; then
   log "istrace-probe on both ends (slow to load under TCG)"
   start_probe initiator /proc/1/ns/net --cgroup "$CG" --block-dev "$DEV" \
-    --disable lio_cmd_start --disable lio_cmd_done --disable lio_cmd_rx --disable lio_data_in
+    --disable lio_cmd_start --disable lio_cmd_done --disable lio_cmd_rx --disable lio_data_in \
+    --disable lio_bs_submit
   start_probe target /run/netns/isttgt --layers tcp,net,syscall,scsi,iscsi \
     --disable scsi_dispatch --disable scsi_done --disable kiscsi_queue --disable kiscsi_pdu \
     --disable kiscsi_xmit

@@ -232,8 +232,8 @@ KERNEL_HOOKS = {"initiator": ["sys_enter", "sys_exit", "bio_queue", "bio_split",
                                "rq_complete", "scsi_dispatch", "scsi_done", "kiscsi_queue",
                                "kiscsi_xmit", "kiscsi_pdu", "tcp_probe", "cong_state",
                                "sock_state"],
-                "target": ["lio_cmd_rx", "lio_cmd_start", "lio_data_in", "lio_cmd_done",
-                           "tcp_probe", "cong_state"]}
+                "target": ["lio_cmd_rx", "lio_cmd_start", "lio_bs_submit", "lio_cmd_done",
+                           "lio_data_in", "tcp_probe", "cong_state"]}
 
 
 def _own_events(capture) -> pd.DataFrame:
@@ -300,8 +300,8 @@ def test_one_read_tied_through_every_layer_in_the_merge(capture):
             ("initiator", "kiscsi_queue"), ("initiator", "kiscsi_xmit"),
             ("initiator", "kiscsi_pdu"), ("initiator", "SCSI Command"),
             ("initiator", "SCSI Data-In"), ("target", "SCSI Command"),
-            ("target", "lio_cmd_rx"), ("target", "lio_cmd_start"), ("target", "lio_data_in"),
-            ("target", "lio_cmd_done")}
+            ("target", "lio_cmd_rx"), ("target", "lio_cmd_start"), ("target", "lio_bs_submit"),
+            ("target", "lio_cmd_done"), ("target", "lio_data_in")}
     tied = 0
     for cid in ids:
         rows = m[m.cmd_id == cid]
@@ -316,7 +316,8 @@ def test_one_read_tied_through_every_layer_in_the_merge(capture):
         # the delayed path, through LIO and back up
         first = rows[rows.source == "probe"].groupby("event").ts_ns_merged.min()
         chain = ["rq_issue", "scsi_dispatch", "kiscsi_queue", "kiscsi_xmit", "lio_cmd_rx",
-                 "lio_cmd_start", "lio_data_in", "scsi_done", "rq_complete"]
+                 "lio_cmd_start", "lio_bs_submit", "lio_cmd_done", "lio_data_in", "scsi_done",
+                 "rq_complete"]
         times = [int(first[e]) for e in chain]
         assert times == sorted(times), dict(zip(chain, times, strict=True))
         assert first["lio_cmd_rx"] - first["kiscsi_xmit"] >= DELAY_MS * 1e6
