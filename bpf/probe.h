@@ -49,6 +49,7 @@ struct hook {
 	char why[MAX_VARIANTS][160];
 	int chosen;            /* index into v, or -1 */
 	bool wanted;
+	bool optional;         /* off unless --enable names it (costly, read by no analysis) */
 	char off_reason[160];  /* why the hook as a whole is off */
 	struct bpf_link *link;
 };
@@ -57,6 +58,8 @@ struct options {
 	const char *out, *host, *layers, *usdt_path, *tgtd, *libiscsi, *block_dev;
 	const char *disable[MAX_DISABLE];
 	int ndisable;
+	const char *enable[MAX_DISABLE];
+	int nenable;
 	const char *exclude[ISTRACE_MAX_EXCLUDE];
 	int nexclude;
 	bool exclude_set;

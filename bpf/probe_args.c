@@ -43,6 +43,7 @@ static void usage(FILE *f)
 "                       task queued, when --pid/--netns/--tgtd is given)\n"
 "  --duration S         stop after S seconds (default: until SIGINT/SIGTERM)\n"
 "  --disable HOOK       do not attach HOOK (repeatable; see --list-hooks)\n"
+"  --enable HOOK        attach HOOK, one that is off by default (tgt_rx, tgt_tx)\n"
 "  --skip-variant KIND  never use this attach method (tp_btf, raw_tp, tracepoint,\n"
 "                       fentry, kprobe...): exercises the fallbacks\n"
 "  --ringbuf-mb N       ring buffer size (default 16)\n"
@@ -56,6 +57,9 @@ static void usage(FILE *f)
 "                       ssthresh, CA state or a window changes (windows in\n"
 "                       12.5%% steps), else at most every MS (default 10);\n"
 "                       0 = an event for every ACK\n"
+"  --syscall-entries    an event at each traced system call's entry too (the size\n"
+"                       asked for; a call still blocked when tracing stops); by\n"
+"                       default one event per call, at its exit\n"
 "  --list-hooks         print the hook table and exit\n"
 "  -v, --verbose        libbpf messages on stderr\n");
 }
@@ -77,11 +81,13 @@ int parse_args(int argc, char **argv)
 		{ "block-all", no_argument, NULL, 'B' },
 		{ "duration", required_argument, NULL, 'd' },
 		{ "disable", required_argument, NULL, 'x' },
+		{ "enable", required_argument, NULL, 'e' },
 		{ "ringbuf-mb", required_argument, NULL, 'r' },
 		{ "stats-interval", required_argument, NULL, 's' },
 		{ "list-hooks", no_argument, NULL, 'T' },
 		{ "exclude-comm", required_argument, NULL, 'X' },
 		{ "tcp-sample-ms", required_argument, NULL, 'S' },
+		{ "syscall-entries", no_argument, NULL, 'E' },
 		{ "format", required_argument, NULL, 'F' },
 		{ "skip-variant", required_argument, NULL, 'K' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -95,6 +101,7 @@ int parse_args(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': opt.out = optarg; break;
+		case 'E': filt.sys_entries = 1; break;
 		case 'H': opt.host = optarg; break;
 		case 'n': {
 			char path[PATH_MAX];
@@ -165,6 +172,10 @@ int parse_args(int argc, char **argv)
 			if (opt.ndisable < MAX_DISABLE)
 				opt.disable[opt.ndisable++] = optarg;
 			break;
+		case 'e':
+			if (opt.nenable < MAX_DISABLE)
+				opt.enable[opt.nenable++] = optarg;
+			break;
 		case 'r':
 			v = strtol(optarg, &end, 10);
 			if (*end || v < 1 || v > 1024) {
@@ -232,27 +243,35 @@ int parse_args(int argc, char **argv)
 	return 0;
 }
 
-/* --disable names are only warned about (a script may name a hook another kernel has);
- * an unknown --layers name is an error, since it would silently trace nothing. */
-int check_names(void)
+/* --disable/--enable names are only warned about (a script may name a hook another kernel
+ * has) */
+static void warn_unknown(const char *const *names, int n, const char *option)
 {
-	size_t i, l;
-	int j;
+	size_t l;
+	int i, j;
 
-	for (i = 0; i < (size_t)opt.ndisable; i++) {
+	for (i = 0; i < n; i++) {
 		bool known = false;
 
 		for (j = 0; j < (int)NHOOKS; j++)
-			if (!strcmp(opt.disable[i], hooks[j].name) ||
-			    !strcmp(opt.disable[i], hooks[j].target))
+			if (!strcmp(names[i], hooks[j].name) || !strcmp(names[i], hooks[j].target))
 				known = true;
 		for (l = 0; l < NLAYERS; l++)
-			if (!strcmp(opt.disable[i], all_layers[l]))
+			if (!strcmp(names[i], all_layers[l]))
 				known = true;
 		if (!known)
-			fprintf(stderr, "istrace-probe: --disable %s: no such hook or layer "
-				"(ignored; --list-hooks shows them)\n", opt.disable[i]);
+			fprintf(stderr, "istrace-probe: %s %s: no such hook or layer "
+				"(ignored; --list-hooks shows them)\n", option, names[i]);
 	}
+}
+
+/* An unknown --layers name is an error, since it would silently trace nothing. */
+int check_names(void)
+{
+	size_t l;
+
+	warn_unknown(opt.disable, opt.ndisable, "--disable");
+	warn_unknown(opt.enable, opt.nenable, "--enable");
 	if (opt.layers && strcmp(opt.layers, "all")) {
 		const char *p = opt.layers;
 

@@ -236,10 +236,12 @@ int handle_event(void *ctx, void *data, size_t len)
 	put_u(C_TID, e->tid);
 	if (e->netns)
 		put_u(C_NETNS, e->netns);
-	if (e->type == EV_SYS_ENTER)
+	if (e->type == EV_SYS_ENTER) {
 		put_i(C_FD, e->status);
-	else if (e->type == EV_SYS_EXIT)
+	} else if (e->type == EV_SYS_EXIT) {
+		put_i(C_FD, (__s32)e->dev);
 		put_i(C_RET, e->status);
+	}
 	if (e->type == EV_SYS_EXIT && e->again)
 		put_u(C_AGAIN, e->again);
 	else if (f & F_STATUS)

@@ -36,6 +36,10 @@ const char *const kind_name[V_NKINDS] = {
 	.v = { { .kind = V_FENTRY, .prog = p "_fentry" }, { .kind = V_KPROBE, .prog = p "_kp" } } }
 #define USER(n, l, t, b, k, p) { .name = n, .layer = l, .target = t, .bin = b, \
 	.v = { { .kind = k, .prog = p } } }
+/* tgtd's rx/tx handlers run for every PDU: a uprobe trap each on tgtd's busiest thread, for
+ * a time stamp no analysis reads, so they are attached only when asked for (--enable) */
+#define USER_OPT(n, l, t, b, k, p) { .name = n, .layer = l, .target = t, .bin = b, \
+	.v = { { .kind = k, .prog = p } }, .optional = true }
 
 struct hook hooks[] = {
 	{ .name = "tcp_probe", .layer = "tcp", .target = "tcp_probe", .bin = BIN_KERNEL,
@@ -71,8 +75,8 @@ struct hook hooks[] = {
 	USER("usdt_cmd_first_data", "scsi", "cmd_first_data", BIN_GEN, V_USDT,
 	     "usdt_cmd_first_data"),
 	USER("usdt_cmd_done", "scsi", "cmd_done", BIN_GEN, V_USDT, "usdt_cmd_done"),
-	USER("tgt_rx", "iscsi", "iscsi_rx_handler", BIN_TGTD, V_UPROBE, "tgt_rx"),
-	USER("tgt_tx", "iscsi", "iscsi_tx_handler", BIN_TGTD, V_UPROBE, "tgt_tx"),
+	USER_OPT("tgt_rx", "iscsi", "iscsi_rx_handler", BIN_TGTD, V_UPROBE, "tgt_rx"),
+	USER_OPT("tgt_tx", "iscsi", "iscsi_tx_handler", BIN_TGTD, V_UPROBE, "tgt_tx"),
 	USER("tgt_execute", "iscsi", "iscsi_scsi_cmd_execute", BIN_TGTD, V_UPROBE, "tgt_execute"),
 	USER("tgt_cmd_queue", "scsi", "target_cmd_queue", BIN_TGTD, V_UPROBE, "tgt_cmd_queue"),
 	USER("tgt_bs_submit", "scsi", "bs_thread_cmd_submit", BIN_TGTD, V_UPROBE, "tgt_bs_submit"),
@@ -111,13 +115,14 @@ bool layer_selected(const char *layer)
 	return false;
 }
 
-static bool hook_disabled(const struct hook *h)
+/* Whether a --disable / --enable list names the hook, its target or its layer. */
+static bool hook_named(const char *const *names, int n, const struct hook *h)
 {
 	int i;
 
-	for (i = 0; i < opt.ndisable; i++)
-		if (!strcmp(opt.disable[i], h->name) || !strcmp(opt.disable[i], h->target) ||
-		    !strcmp(opt.disable[i], h->layer))
+	for (i = 0; i < n; i++)
+		if (!strcmp(names[i], h->name) || !strcmp(names[i], h->target) ||
+		    !strcmp(names[i], h->layer))
 			return true;
 	return false;
 }
@@ -132,9 +137,15 @@ void select_hooks(void)
 		struct hook *h = &hooks[i];
 
 		h->wanted = layer_selected(h->layer);
-		if (h->wanted && hook_disabled(h)) {
+		if (h->wanted && hook_named(opt.disable, opt.ndisable, h)) {
 			h->wanted = false;
 			snprintf(h->off_reason, sizeof(h->off_reason), "disabled by --disable");
+		}
+		if (h->wanted && h->optional && !hook_named(opt.enable, opt.nenable, h)) {
+			h->wanted = false;
+			snprintf(h->off_reason, sizeof(h->off_reason),
+				 "off by default (a trap per PDU; no analysis reads it): --enable %s",
+				 h->name);
 		}
 		if (h->wanted && !strcmp(h->layer, "syscall") && !opt.npids && !opt.netns_given &&
 		    !opt.cgroup_given) {

@@ -37,6 +37,8 @@ struct stream {
 	/* TCP reassembly */
 	uint8_t have_seq, fin, have_isn;
 	uint32_t next_seq, isn;
+	uint8_t have_acked;        /* the peer has acknowledged bytes of this stream */
+	uint32_t acked;            /* highest ACK the peer sent for this stream */
 	struct ooo_seg *ooo;
 	size_t ooo_bytes;
 	/* PDU framing */

@@ -473,7 +473,7 @@ static void v_add(struct i64v *a, int64_t x)
 struct out {
 	struct out_opts o;
 	struct wbuf *std, *pdus, *cmds, *conns;
-	struct seg_out *seg_csv, *seg_file; /* csv_dir/segments.csv, segments_path */
+	struct seg_out *seg_dir, *seg_file; /* csv_dir/segments.bin, segments_path */
 	int64_t t0;
 	int have_t0;
 	uint64_t op_count[2][64], op_bytes[2][64];
@@ -539,8 +539,8 @@ struct out *out_new(const struct out_opts *o, char *err, size_t errlen)
 		header_line(w->cmds, cmd_cols);
 		header_line(w->conns, conn_cols);
 		char path[4096];
-		snprintf(path, sizeof path, "%s/segments.csv", o->csv_dir);
-		if (!(w->seg_csv = seg_out_open(path, err, errlen))) {
+		snprintf(path, sizeof path, "%s/segments.bin", o->csv_dir);
+		if (!(w->seg_dir = seg_out_open(path, err, errlen))) {
 			out_finish(w, NULL);
 			return NULL;
 		}
@@ -769,8 +769,8 @@ static void on_conn(void *ctx, const struct conn_rec *c)
 static void on_seg(void *ctx, uint64_t frame, int64_t ts, const struct tcp_seg *g)
 {
 	struct out *o = ctx;
-	if (o->seg_csv)
-		seg_out_row(o->seg_csv, frame, ts, g);
+	if (o->seg_dir)
+		seg_out_row(o->seg_dir, frame, ts, g);
 	if (o->seg_file)
 		seg_out_row(o->seg_file, frame, ts, g);
 }
@@ -781,7 +781,7 @@ void out_sinks(struct out *w, struct decode_sinks *s)
 	s->pdu = on_pdu;
 	s->cmd = on_cmd;
 	s->conn = on_conn;
-	s->seg = w->seg_csv || w->seg_file ? on_seg : NULL;
+	s->seg = w->seg_dir || w->seg_file ? on_seg : NULL;
 }
 
 static int cmp64(const void *a, const void *b)
@@ -925,7 +925,7 @@ int out_finish(struct out *o, const struct decode_stats *st)
 	if (o->o.summary && st)
 		summary(o, st);
 	int err = wclose(o->std) | wclose(o->pdus) | wclose(o->cmds) | wclose(o->conns);
-	err |= seg_out_close(o->seg_csv) | seg_out_close(o->seg_file);
+	err |= seg_out_close(o->seg_dir) | seg_out_close(o->seg_file);
 	free(o->rt_all.v);
 	free(o->rt_read.v);
 	free(o->rt_write.v);

@@ -9,6 +9,10 @@
 
 #include "core.h"
 
+/* How far before a mid-connection stream's first captured segment its start may lie (the
+ * peer's last ACK): at most a receive window's worth of bytes in flight. */
+#define START_BACK_MAX (16u << 20)
+
 static void note(struct decoder *d, struct conn *c, int dir, uint32_t n)
 {
 	struct stream *s = &c->s[dir];
@@ -147,7 +151,13 @@ void reasm_segment(struct decoder *d, struct conn *c, int dir, const struct tcp_
 			goto ack;
 		s->have_seq = 1;
 		s->next_seq = seq;
-		s->pos_seq = seq;
+		/* A capture that starts mid-connection: when the peer had acknowledged only up to
+		 * an earlier byte, the bytes between were still on their way (reordered, or sent
+		 * as the capture began), so the stream starts there and this segment waits; the
+		 * ACK rule below turns them into a gap if the capture never sees them. */
+		if (s->have_acked && seq_lt(s->acked, seq) && seq - s->acked <= START_BACK_MAX)
+			s->next_seq = s->acked;
+		s->pos_seq = s->next_seq;
 	}
 	if (g->len) {
 		if (seq == s->next_seq) {
@@ -181,6 +191,10 @@ ack:
 	 * them (a network loss would not be acknowledged), so the hole will never fill. */
 	if (g->flags & TH_ACK) {
 		struct stream *o = &c->s[!dir];
+		if (!o->have_acked || seq_lt(o->acked, g->ack)) {
+			o->have_acked = 1;
+			o->acked = g->ack;
+		}
 		if (o->have_seq && o->ooo && seq_lt(o->next_seq, g->ack) &&
 		    seq_lt(o->ooo->seq, g->ack)) {
 			force_gap(d, c, !dir, o->ooo->seq);

@@ -28,6 +28,7 @@ struct addr_ent {
 };
 
 struct seg_out {
+	struct seg_bin *bin; /* a FILE.bin: records (segments_bin.c) rather than text */
 	FILE *f;
 	int err;
 	size_t len;
@@ -109,7 +110,7 @@ static inline char *put_i32(char *p, int32_t v)
 	return put_u32(p, (uint32_t)v);
 }
 
-/* "10.0.0.1", "[fe80::1]" (the decoder's connection names write addresses the same way). */
+/* The text of an address, cached (seg_addr_text). */
 static const struct addr_ent *addr(struct seg_out *s, uint8_t fam, const uint8_t *ip)
 {
 	uint64_t k[2];
@@ -124,12 +125,17 @@ static const struct addr_ent *addr(struct seg_out *s, uint8_t fam, const uint8_t
 	struct addr_ent *e = &s->cache[s->next_slot++ % ADDR_CACHE];
 	e->fam = fam;
 	memcpy(e->ip, ip, 16);
+	e->n = (uint8_t)seg_addr_text(fam, ip, e->txt, sizeof e->txt);
+	return e;
+}
+
+size_t seg_addr_text(uint8_t fam, const uint8_t *ip, char *buf, size_t len)
+{
 	char a[INET6_ADDRSTRLEN];
 	if (!inet_ntop(fam == 4 ? AF_INET : AF_INET6, ip, a, sizeof a))
 		a[0] = 0;
-	int w = snprintf(e->txt, sizeof e->txt, fam == 4 ? "%s" : "[%s]", a);
-	e->n = (uint8_t)(w < 0 ? 0 : (size_t)w >= sizeof e->txt ? sizeof e->txt - 1 : (size_t)w);
-	return e;
+	int w = snprintf(buf, len, fam == 4 ? "%s" : "[%s]", a);
+	return w < 0 ? 0 : (size_t)w >= len ? len - 1 : (size_t)w;
 }
 
 uint32_t seg_payload_len(const struct tcp_seg *g)
@@ -200,6 +206,10 @@ static char *put_ts(struct seg_out *s, char *p, int64_t ts_ns)
 
 void seg_out_row(struct seg_out *s, uint64_t frame, int64_t ts_ns, const struct tcp_seg *g)
 {
+	if (s->bin) {
+		seg_bin_row(s->bin, frame, ts_ns, g);
+		return;
+	}
 	if (s->len + ROW_MAX > SEG_BUF)
 		flush_buf(s);
 	char *p = s->buf + s->len;
@@ -252,20 +262,24 @@ void seg_out_row(struct seg_out *s, uint64_t frame, int64_t ts_ns, const struct 
 
 struct seg_out *seg_out_open(const char *path, char *err, size_t errlen)
 {
-	int is_stdout = !strcmp(path, "-");
-	FILE *f = is_stdout ? stdout : fopen(path, "w");
+	size_t plen = strlen(path);
+	int is_stdout = !strcmp(path, "-"), records = plen >= 4 && !strcmp(path + plen - 4, ".bin");
+	FILE *f = is_stdout ? stdout : fopen(path, "wb");
 	if (!f) {
 		snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
 		return NULL;
 	}
 	struct seg_out *s = calloc(1, sizeof *s);
-	if (!s) {
+	if (!s || (records && !(s->bin = seg_bin_new(f)))) {
 		snprintf(err, errlen, "out of memory");
+		free(s);
 		if (!is_stdout)
 			fclose(f);
 		return NULL;
 	}
 	s->f = f;
+	if (records)
+		return s;
 	s->sec = UINT64_MAX;
 	memcpy(s->buf, header, sizeof header - 1);
 	s->len = sizeof header - 1;
@@ -276,8 +290,13 @@ int seg_out_close(struct seg_out *s)
 {
 	if (!s)
 		return 0;
-	flush_buf(s);
-	int err = s->err;
+	int err;
+	if (s->bin) {
+		err = seg_bin_finish(s->bin);
+	} else {
+		flush_buf(s);
+		err = s->err;
+	}
 	if (s->f == stdout) {
 		if (fflush(s->f) != 0)
 			err = 1;

@@ -148,19 +148,21 @@ static int soft_crc;
 
 static void parse_args(int argc, char **argv, struct gen_opts *o)
 {
-	memset(o, 0, sizeof(*o));
-	o->initiator_name = "iqn.2026-11.org.istrace:gen";
-	o->lun = 1;
-	o->mrdsl = 262144;
-	o->max_burst = 16776192;
-	o->first_burst = 262144;
-	o->max_r2t = 1;
-	o->immediate_data = 1;
-	o->initial_r2t = 0;
-	o->queue_depth = 1;
-	o->sessions = 1;
-	o->timeout_s = 10;
-	o->seed = 1;
+	/* the defaults of docs/gen.md: large bursts, immediate data, one command at a time */
+	*o = (struct gen_opts){
+		.initiator_name = "iqn.2026-11.org.istrace:gen",
+		.lun = 1,
+		.mrdsl = 262144,
+		.max_burst = 16776192,
+		.first_burst = 262144,
+		.max_r2t = 1,
+		.immediate_data = 1,
+		.initial_r2t = 0,
+		.queue_depth = 1,
+		.sessions = 1,
+		.timeout_s = 10,
+		.seed = 1,
+	};
 	size_arg = "4M";
 	int c;
 	opterr = 0;

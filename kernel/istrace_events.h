@@ -91,7 +91,7 @@ struct istrace_event {
 	__u32 itt;          /* host byte order */
 	__u32 seq, ack;
 	__u32 cwnd, ssthresh, srtt_us, inflight, rwnd, snd_wnd;
-	__u32 dev;          /* block: dev_t (major << 20 | minor); net: ifindex */
+	__u32 dev;          /* block: dev_t (major << 20 | minor); net: ifindex; syscall: fd */
 	__u32 reason;       /* drop reason / old TCP state / syscall nr / qlen */
 	__s32 status;       /* SCSI status / result / syscall return (clamped) */
 	__u32 again;        /* syscall exit: EAGAIN retries folded into this call */
@@ -107,7 +107,8 @@ struct istrace_event {
 struct istrace_filter {
 	__u32 netns;        /* 0: any */
 	__u16 port;         /* iSCSI port (either end of the connection); 0: any */
-	__u16 pad;
+	__u8 sys_entries;   /* 1: an event at each traced system call's entry as well */
+	__u8 pad;
 	__u32 block_dev;    /* dev_t of block events; 0: any */
 	__u32 self_pid;     /* the loader: never traced */
 	__u8 any_task;      /* 1: no task filter given: user probes accept every task */

@@ -17,14 +17,16 @@
 #      "--layers tcp" to cost one layer alone), ISTRACE_BENCH_CONTROL=1 (A/A run: no probes
 #      in the "with" rounds, to see the noise of the machine), ISTRACE_BENCH_OFFLOADS=1
 #      (testbed with TSO/GSO/GRO on, as a real NIC has them: per-packet hooks then fire
-#      per GRO/GSO super-packet instead of per wire segment).
+#      per GRO/GSO super-packet instead of per wire segment), ISTRACE_BENCH_BYSTANDER=1 (the
+#      timed workload is an iperf3 flow between two namespaces of its own, beside the traced
+#      testbed: what the probes cost sockets that are not iSCSI's).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${1:-5} SECONDS_PER=${2:-3} SIZE=${3:-1M} DEPTH=${4:-4}
 export ROUNDS SECONDS_PER SIZE DEPTH
 export PYTHONPATH="$ROOT/scripts:$ROOT/bpf:$ROOT/decoder:$ROOT/viz${PYTHONPATH:+:$PYTHONPATH}"
 exec python3 - <<'PY'
-import json, os, resource, statistics, subprocess, sys, tempfile, time
+import atexit, json, os, resource, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 from istrace.probe.loader import Probe
@@ -56,7 +58,55 @@ def workload_cpu() -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") + ch.ru_utime + ch.ru_stime
 
 
+bystander = os.environ.get("ISTRACE_BENCH_BYSTANDER") == "1"
+BYS = ("obys-s", "obys-c", "10.79.9.1", "10.79.9.2")  # server ns, client ns, their addresses
+
+
+def bystander_up() -> subprocess.Popen:
+    """Two namespaces joined by a veth pair, an iperf3 server in the first."""
+    s_ns, c_ns, s_ip, c_ip = BYS
+    bystander_down()
+    for cmd in (["ip", "netns", "add", s_ns], ["ip", "netns", "add", c_ns],
+                ["ip", "link", "add", "obys0", "netns", s_ns, "type", "veth", "peer", "name",
+                 "obys1", "netns", c_ns],
+                ["ip", "-n", s_ns, "addr", "add", f"{s_ip}/24", "dev", "obys0"],
+                ["ip", "-n", c_ns, "addr", "add", f"{c_ip}/24", "dev", "obys1"],
+                ["ip", "-n", s_ns, "link", "set", "obys0", "up"],
+                ["ip", "-n", c_ns, "link", "set", "obys1", "up"],
+                ["ip", "-n", s_ns, "link", "set", "lo", "up"],
+                ["ip", "-n", c_ns, "link", "set", "lo", "up"]):
+        subprocess.run(cmd, check=True)
+    srv = subprocess.Popen(["ip", "netns", "exec", s_ns, "iperf3", "-s", "-p", "5301"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    return srv
+
+
+def bystander_down() -> None:
+    for ns in BYS[:2]:
+        subprocess.run(["ip", "netns", "del", ns], check=False, stderr=subprocess.DEVNULL)
+
+
+def iperf(side: str) -> float:
+    """One iperf3 run beside the testbed, MB/s; its CPU per MB from the client's rusage."""
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(["ip", "netns", "exec", BYS[1], "iperf3", "-c", BYS[2], "-p", "5301",
+                        "-t", str(secs), "-J"], capture_output=True, text=True,
+                       timeout=secs + 30, check=False)
+    if r.returncode != 0:
+        sys.exit(f"overhead: iperf3 failed ({r.returncode}): {r.stdout[-300:]}{r.stderr[-300:]}")
+    bps = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]
+    if side:
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        mb = bps / 8e6 * secs
+        cpu_per_mb[side].append(1000.0 * (c1.ru_utime + c1.ru_stime - c0.ru_utime
+                                          - c0.ru_stime) / max(mb, 1e-9))
+    return bps / 8e6
+
+
 def read(tb: Testbed, side: str = "") -> float:
+    if bystander:
+        return iperf(side)
     c0 = workload_cpu()
     r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size", size,
                     "--time", str(secs), "--queue-depth", str(depth), "--json", "--quiet"],
@@ -113,6 +163,12 @@ bpf_cpu = 0.0
 offloads = os.environ.get("ISTRACE_BENCH_OFFLOADS") == "1"
 print(f"testbed offloads (TSO/GSO/GRO): {'on' if offloads else 'off (wire-sized segments)'}",
       flush=True)
+if bystander:
+    print("workload: an iperf3 flow on port 5301 between two other namespaces (probes on the "
+          "testbed's ends, as in a capture)", flush=True)
+    iperf_server = bystander_up()
+    atexit.register(bystander_down)     # also when a run fails: no namespaces left behind
+    atexit.register(iperf_server.kill)
 with Testbed(TestbedConfig(name=name, lun_mb=256, offloads=offloads)) as tb:
     state = testbed_state.load(name) or tb.state
     tgtd = next(p["pid"] for p in state["pids"] if p["what"] == "tgtd")

@@ -1,5 +1,6 @@
-/* libFuzzer target for the output writers: byte 0 picks text, text -v, JSON lines, or CSV
- * tables + summary; the rest is a capture file decoded through output.c's own sinks. */
+/* libFuzzer target for the output writers: byte 0 picks text, text -v, JSON lines with the
+ * segments table as CSV text, or the CSV tables (segments as records) + summary; the rest is
+ * a capture file decoded through output.c's own sinks. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -9,12 +10,12 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char csv_dir[64];
+static char csv_dir[64], seg_csv[96];
 
 static void remove_scratch(void)
 {
 	static const char *const names[] = { "pdus.csv", "commands.csv", "connections.csv",
-					     "segments.csv" };
+					     "segments.bin", "segments.csv" };
 	char path[128];
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		snprintf(path, sizeof path, "%s/%s", csv_dir, names[i]);
@@ -34,6 +35,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		 "/dev/shm/istrace-fuzz-XXXXXX" : "/tmp/istrace-fuzz-XXXXXX");
 	if (!mkdtemp(csv_dir))
 		abort();
+	snprintf(seg_csv, sizeof seg_csv, "%s/segments.csv", csv_dir);
 	atexit(remove_scratch);
 	return 0;
 }
@@ -52,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	switch (data[0] & 3) {
 	case 0: oo.text = 1; break;
 	case 1: oo.text = 1; oo.verbose = 1; break;
-	case 2: oo.json = 1; break;
+	case 2: oo.json = 1; oo.segments_path = seg_csv; break;
 	default: oo.csv_dir = csv_dir; oo.summary = 1; break;
 	}
 	oo.input_name = "fuzz";

@@ -3,6 +3,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* fopencookie, u_char in pcap.h: builds need no -D flags */
 #endif
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,14 +368,23 @@ static uint32_t build_datain(uint8_t *out, uint32_t itt, uint32_t len, uint32_t 
 }
 
 /* A connection that has sent one READ(10) of `blocks` blocks, tag `itt`, and its Data-In of
- * `len` bytes built in buf, not sent yet: returns the Data-In's length. */
+ * `len` bytes built in buf, not sent yet: returns the Data-In's length, *s0 the target's
+ * sequence number where it will start. */
 static uint32_t read_then_datain(struct cap *c, uint8_t *buf, uint32_t itt, uint32_t blocks,
-				 uint32_t len)
+				 uint32_t len, uint32_t *s0)
 {
 	cap_init(c);
 	cap_syn(c);
 	cap_send(c, 0, buf, build_read(buf, itt, 0, blocks), 1448);
+	*s0 = c->seq[1];
 	return build_datain(buf, itt, len, 1);
+}
+
+/* Bytes [from, from + len) of the target's stream that starts at s0, in one segment. */
+static void t2i_bytes(struct cap *c, uint32_t s0, const uint8_t *buf, uint32_t from,
+		      uint32_t len)
+{
+	cap_pkt_at(c, 1, s0 + from, TH_ACK, buf + from, len, 0, c->seq[0]);
 }
 
 static void test_split_and_batch(void)
@@ -418,14 +428,12 @@ static void test_reorder_retransmit(void)
 	struct cap c;
 	struct decode_stats st;
 	static uint8_t buf[70000];
-	uint32_t n = read_then_datain(&c, buf, 7, 16, 8192);
-	uint32_t s0 = c.seq[1];
+	uint32_t s0, n = read_then_datain(&c, buf, 7, 16, 8192, &s0);
 	/* segments A(0..1000) C(2000..n) B(1000..2000), then A again, then an overlap 500..1500 */
-	cap_pkt_at(&c, 1, s0, TH_ACK, buf, 1000, 0, c.seq[0]);
-	cap_pkt_at(&c, 1, s0 + 2000, TH_ACK, buf + 2000, n - 2000, 0, c.seq[0]);
-	cap_pkt_at(&c, 1, s0 + 1000, TH_ACK, buf + 1000, 1000, 0, c.seq[0]);
-	cap_pkt_at(&c, 1, s0, TH_ACK, buf, 1000, 0, c.seq[0]);
-	cap_pkt_at(&c, 1, s0 + 500, TH_ACK, buf + 500, 1000, 0, c.seq[0]);
+	const uint32_t piece[][2] = { { 0, 1000 }, { 2000, n - 2000 }, { 1000, 1000 }, { 0, 1000 },
+				      { 500, 1000 } };
+	for (size_t i = 0; i < sizeof(piece) / sizeof(piece[0]); i++)
+		t2i_bytes(&c, s0, buf, piece[i][0], piece[i][1]);
 	c.seq[1] = s0 + n;
 	bhs(buf, 0x20, 0x80, 0, 0xffffffff);
 	cap_send(&c, 1, buf, 48, 1448);
@@ -445,11 +453,10 @@ static void test_gap(void)
 	struct cap c;
 	struct decode_stats st;
 	static uint8_t buf[70000];
-	uint32_t n = read_then_datain(&c, buf, 9, 16, 8192);
-	uint32_t s0 = c.seq[1];
-	cap_pkt_at(&c, 1, s0, TH_ACK, buf, 1448, 0, c.seq[0]);
+	uint32_t s0, n = read_then_datain(&c, buf, 9, 16, 8192, &s0);
+	t2i_bytes(&c, s0, buf, 0, 1448);
 	/* 1448..2896 never captured */
-	cap_pkt_at(&c, 1, s0 + 2896, TH_ACK, buf + 2896, n - 2896, 0, c.seq[0]);
+	t2i_bytes(&c, s0, buf, 2896, n - 2896);
 	c.seq[1] = s0 + n;
 	cap_pkt_at(&c, 0, c.seq[0], TH_ACK, NULL, 0, 0, c.seq[1]);
 	/* a second command whose response header falls in a lost segment */
@@ -541,8 +548,7 @@ static void test_truncated(void)
 	struct cap c;
 	struct decode_stats st;
 	static uint8_t buf[70000];
-	uint32_t n = read_then_datain(&c, buf, 5, 8, 4096);
-	uint32_t s0 = c.seq[1];
+	uint32_t s0, n = read_then_datain(&c, buf, 5, 8, 4096, &s0);
 	cap_pkt_at(&c, 1, s0, TH_ACK, buf, 1448, 100, c.seq[0]);
 	cap_pkt_at(&c, 1, s0 + 1448, TH_ACK, buf + 1448, 1448, 100, c.seq[0]);
 	cap_pkt_at(&c, 1, s0 + 2896, TH_ACK, buf + 2896, n - 2896, 100, c.seq[0]);
@@ -574,6 +580,24 @@ static uint32_t build_login(uint8_t *out, int rsp, const char *kv, uint32_t kvle
 }
 
 /* Digests negotiated in the login (keys split over two PDUs with the C bit), then verified. */
+/* A READ of one block at `lba` with a header digest, then its 512-byte Data-In with header
+ * and data digests; `corrupt`: other data under a wrong data digest. */
+static void read_with_digests(struct cap *c, uint8_t *buf, uint32_t itt, uint32_t lba,
+			      bool corrupt)
+{
+	uint32_t n = build_read(buf, itt, lba, 1);
+	n += le_digest(buf + n, crc32c(buf, 48));
+	cap_send(c, 0, buf, n, 1448);
+	bhs(buf, 0x25, 0x81, 512, itt);
+	n = 48 + le_digest(buf + 48, crc32c(buf, 48));
+	for (uint32_t i = 0; i < 512; i++)
+		buf[n + i] = corrupt ? 0xab : (uint8_t)i;
+	uint32_t dcrc = corrupt ? 0x12345678 : crc32c(buf + n, 512);
+	n += 512;
+	n += le_digest(buf + n, dcrc);
+	cap_send(c, 1, buf, n, 1448);
+}
+
 static void test_digests_and_login(void)
 {
 	struct cap c;
@@ -593,27 +617,9 @@ static void test_digests_and_login(void)
 	n = build_login(buf, 1, r1, sizeof r1, 0x80 | 0x04 | 0x03);
 	cap_send(&c, 1, buf, n, 1448);
 	/* full feature phase: READ with header digest; Data-In with header+data digests */
-	n = build_read(buf, 0x99, 8, 1);
-	n += le_digest(buf + n, crc32c(buf, 48));
-	cap_send(&c, 0, buf, n, 1448);
-	bhs(buf, 0x25, 0x81, 512, 0x99);
-	n = 48 + le_digest(buf + 48, crc32c(buf, 48));
-	for (int i = 0; i < 512; i++)
-		buf[n + (uint32_t)i] = (uint8_t)i;
-	uint32_t dcrc = crc32c(buf + n, 512);
-	n += 512;
-	n += le_digest(buf + n, dcrc);
-	cap_send(&c, 1, buf, n, 1448);
+	read_with_digests(&c, buf, 0x99, 8, false);
 	/* the same again with a corrupted data digest */
-	n = build_read(buf, 0x9a, 9, 1);
-	n += le_digest(buf + n, crc32c(buf, 48));
-	cap_send(&c, 0, buf, n, 1448);
-	bhs(buf, 0x25, 0x81, 512, 0x9a);
-	n = 48 + le_digest(buf + 48, crc32c(buf, 48));
-	memset(buf + n, 0xab, 512);
-	n += 512;
-	n += le_digest(buf + n, 0x12345678);
-	cap_send(&c, 1, buf, n, 1448);
+	read_with_digests(&c, buf, 0x9a, 9, true);
 	struct got *g = decode(&c, &st);
 	CHECK(g->n == 8, "pdus %d", g->n);
 	CHECK(strstr(g->kv[0], "InitiatorName=iqn.x") && !strstr(g->kv[0], "HeaderDig"),

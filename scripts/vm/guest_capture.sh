@@ -2,8 +2,7 @@
 # Inside the VM: one capture session on the full-kernel testbed.
 #   $1 = testbed env file, $2 = output dir (a host directory shared read-write),
 #   $3 = workload shell command ($DEV is the initiator's disk),
-#   $4 = probes: istrace (istrace-probe, the host's loader), bpftrace (probes.bt.in, the older
-#        path, converted on the host by vm_events) or off,
+#   $4 = probes: istrace (istrace-probe, the host's loader) or off,
 #   $5 = the istrace-probe binary (the host's build: the guest shares its file system)
 # Packets: tcpdump -B 524288 on both veth ends. Probes on syscall, block, SCSI, the iSCSI
 # initiator, LIO and TCP. Everything is written to tmpfs while the workload runs and copied to
@@ -20,7 +19,7 @@ W=/dev/shm/istcap.$$
 rm -rf "$W"; mkdir -p "$W" "$OUT"
 pids=()
 cleanup() {
-  # SIGINT lets tcpdump and bpftrace flush; whatever still runs 15 s later is killed.
+  # SIGINT lets tcpdump and the probes flush; whatever still runs 15 s later is killed.
   for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
   for _ in $(seq 75); do
     alive=0
@@ -71,42 +70,6 @@ if [ "$PROBES" = istrace ]; then
   if [ "$n" != 2 ]; then log "the probes did not attach in 180 s"; tail -5 "$W"/probe-*.log; give_up; fi
 fi
 
-if [ "$PROBES" = bpftrace ]; then
-  log "probe offsets from BTF"
-  # Offsets of module structs that bpftrace 0.17 cannot see (it reads vmlinux BTF only).
-  /usr/bin/python3 "$VMDIR/guest_btf.py" libiscsi:iscsi_task.hdr scsi_mod:scsi_cmnd.cmnd \
-    target_core_mod:se_cmd.tag target_core_mod:se_cmd.t_task_lba \
-    target_core_mod:se_cmd.data_length > "$W/btf.env"
-  # shellcheck disable=SC1091
-  . "$W/btf.env"
-  if [ "$KIND_scsi_cmnd_cmnd" = array ]; then
-    sc1="(arg1 + $OFF_scsi_cmnd_cmnd)"
-  else
-    sc1="*(uint64 *)(arg1 + $OFF_scsi_cmnd_cmnd)"
-  fi
-  IFS=: read -r maj min < "/sys/block/$(basename "$DEV")/dev"
-  devt=$(( (maj << 20) | min ))
-  hostno=$(basename "$(readlink -f "/sys/block/$(basename "$DEV")/device")" | cut -d: -f1)
-  sed -e "s|@COMM_FILTER@|comm == \"dd\" \|\| comm == \"fio\"|" -e "s|@DEVT@|$devt|g" -e "s|@HOSTNO@|$hostno|g" \
-      -e "s|@SC1_CMND@|$sc1|g" \
-      -e "s|@OFF_iscsi_task_hdr@|$OFF_iscsi_task_hdr|g" -e "s|@OFF_se_cmd_tag@|$OFF_se_cmd_tag|g" \
-      -e "s|@OFF_se_cmd_t_task_lba@|$OFF_se_cmd_t_task_lba|g" \
-      -e "s|@OFF_se_cmd_data_length@|$OFF_se_cmd_data_length|g" \
-      "$VMDIR/probes.bt.in" > "$W/probes.bt"
-  log "bpftrace: compiling and attaching (slow under TCG)"
-  BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES=1024 bpftrace -B line "$W/probes.bt" > "$W/probes.txt" 2> "$W/bpftrace.err" &
-  pids+=($!)
-  for _ in $(seq 900); do
-    grep -q "^Attaching" "$W/probes.txt" && break
-    kill -0 "${pids[-1]}" 2>/dev/null || break
-    sleep 0.2
-  done
-  sleep 1
-  if ! grep -q "^Attaching" "$W/probes.txt" || ! kill -0 "${pids[-1]}" 2>/dev/null; then
-    log "bpftrace did not attach:"; grep -v WARNING "$W/bpftrace.err" | head -20; give_up
-  fi
-fi
-
 log "tcpdump on both ends"
 tcpdump -U --immediate-mode -B 524288 -s 0 -n -i vi -w "$W/initiator.pcap" tcp port 3260 2> "$W/tcpdump-initiator.log" &
 pids+=($!)
@@ -117,11 +80,6 @@ for _ in $(seq 100); do
   grep -q "listening on" "$W/tcpdump-initiator.log" && grep -q "listening on" "$W/tcpdump-target.log" && break
   sleep 0.1
 done
-
-if [ "$PROBES" = bpftrace ]; then
-  # bpftrace prints the BPF clock (CLOCK_MONOTONIC); this pair converts it to CLOCK_REALTIME.
-  /usr/bin/python3 -c 'import time, json; m = time.clock_gettime_ns(time.CLOCK_MONOTONIC); r = time.time_ns(); m2 = time.clock_gettime_ns(time.CLOCK_MONOTONIC); print(json.dumps({"realtime_minus_monotonic_ns": r - (m + m2) // 2, "bound_ns": (m2 - m) // 2}))' > "$W/bpf-clock.json"
-fi
 
 log "workload: $WORKLOAD"
 start=$(date +%s%N)

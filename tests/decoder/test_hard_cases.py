@@ -319,6 +319,30 @@ def test_capture_starts_mid_connection_on_pdu_boundary(dec: Path, tmp: Path) -> 
     assert r512 is not None and norm("xfer_bytes", r512["xfer_bytes"]) == 8 * 512
 
 
+def test_capture_starts_mid_connection_with_the_first_reply_reordered(dec: Path,
+                                                                       tmp: Path) -> None:
+    """A capture of a logged-in session (no handshake) whose first reply segments arrive
+    out of order: the segment after the first one comes first. The peer's ACK says where the
+    reply stream stood (the initiator had acknowledged nothing past the reply's first byte),
+    so the stream starts there and the late first segment is decoded, not dropped as old.
+    Seen on the VM testbed: the first READ's Data-In lost, so its command never ended and
+    one command too many looked outstanding for the whole capture."""
+    conv = dc.basic()
+    segs = conv.segments()
+    rc_cmd = by_name(conv, 0x01, 2)  # the READ(10) command
+    start = next(i for i, s in enumerate(segs) if s.dir == "i2t" and s.seq == rc_cmd.seq)
+    kept = segs[start:]
+    first = next(i for i, s in enumerate(kept) if s.dir == "t2i" and s.payload)
+    assert kept[first + 1].dir == "t2i" and kept[first + 1].payload
+    kept[first], kept[first + 1] = kept[first + 1], kept[first]
+    res = decode(dec, write(tmp, "midr.pcap", conv.flow, kept), "--block-size", "4096")
+    assert res.rc == 0, res.stderr
+    first_seen = {d: min(s.seq for s in kept if s.dir == d and s.payload) for d in ("i2t", "t2i")}
+    later = [p for p in conv.pdus if p.seq >= first_seen[p.dir]]
+    check_all(res, conv, only=later)
+    assert res.commands["resp_ts_ns"].notna().all(), res.commands.to_string()
+
+
 # ---------------------------------------------------------------- digests
 def test_digests_ok(dec: Path, tmp: Path) -> None:
     conv = dc.basic(digests=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from dechelp import decode, run_decoder
+from istrace.capture.decoded import DecodeError, read_segments
 from istrace.synth import pcapwriter as pw
 
 T0 = 1_700_000_000_123_456_789
@@ -202,14 +203,38 @@ def test_segmentation_offload_total_length_zero(dec: Path, tmp: Path) -> None:
     assert segments(dec, path)["len"].tolist() == [3000]
 
 
-def test_csv_dir_writes_the_same_table(dec: Path, tmp: Path) -> None:
-    path, want = build(tmp, "d.pcap", pw.LINKTYPE_LINUX_SLL2)
+def records(path: Path) -> pd.DataFrame:
+    got = read_segments(path)
+    return got.astype({"src": str, "dst": str})
+
+
+@pytest.mark.parametrize("v6", [False, True], ids=["ipv4", "ipv6"])
+def test_csv_dir_writes_the_same_table_as_records(dec: Path, tmp: Path, v6: bool) -> None:
+    """--csv-dir's segments.bin (schema 4c), read by istrace.capture.decoded.read_segments,
+    holds the rows and values of the CSV text, addresses included."""
+    path, want = build(tmp, "d.pcap", pw.LINKTYPE_LINUX_SLL2, v6=v6)
     res = decode(dec, path)
-    same(read_table((res.outdir / "segments.csv").read_bytes()), want)
+    same(records(res.outdir / "segments.bin"), want)
     both = run_decoder(dec, ["--csv-dir", str(tmp / "o2"), "--segments", str(tmp / "s.csv"),
                              str(path)])
     assert both.returncode in (0, 3), both.stderr
-    assert (tmp / "s.csv").read_bytes() == (tmp / "o2" / "segments.csv").read_bytes()
+    same(read_table((tmp / "s.csv").read_bytes()), want)
+    assert (tmp / "o2" / "segments.bin").read_bytes() == (res.outdir / "segments.bin").read_bytes()
+
+
+def test_records_of_an_empty_capture_and_a_damaged_file(dec: Path, tmp: Path) -> None:
+    path, _ = build(tmp, "e.pcap", pw.LINKTYPE_ETHERNET)
+    (tmp / "empty.pcap").write_bytes(path.read_bytes()[:24])
+    r = run_decoder(dec, ["--segments", str(tmp / "e.bin"), str(tmp / "empty.pcap")])
+    assert r.returncode == 0, r.stderr
+    assert records(tmp / "e.bin").empty
+    r = run_decoder(dec, ["--segments", str(tmp / "s.bin"), str(path)])
+    assert r.returncode == 0, r.stderr
+    data = (tmp / "s.bin").read_bytes()
+    for bad in (data[:-1], data[:10], data[:-32] + b"NOTSEGS1" + data[-24:]):
+        (tmp / "bad.bin").write_bytes(bad)
+        with pytest.raises(DecodeError, match="segments table"):
+            read_segments(tmp / "bad.bin")
 
 
 def test_segments_only_needs_no_iscsi(dec: Path, tmp: Path) -> None:

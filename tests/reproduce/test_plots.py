@@ -190,3 +190,30 @@ def test_blocksize_cpu_split_and_naming():
     assert repro_bs.cpu_bound(0.97, 0.5, 1.5, 2) == "initiator (istrace-gen 97% of a CPU)"
     assert repro_bs.cpu_bound(0.6, 0.6, 1.9, 2) == "machine (95% of 2 CPUs)"
     assert repro_bs.cpu_bound(0.6, 0.6, 1.2, 2) == ""
+
+
+def test_kernel_plot_and_table(tmp_path, capsys):
+    """`reproduce kernel --plot-only`: the split per max_sectors_kb and the readers' ceilings,
+    with the cap each point's report named, from a CSV whose answer is known."""
+    from istrace.reproduce import kernel as repro_kernel
+
+    rows = []
+    for p in repro_kernel.plan(quick=False):
+        if p["kind"] == "split":
+            kb = p["max_sectors_kb"]
+            rows.append(p | {"requests_per_read": max(1, 2048 // kb),
+                             "request_bytes": min(kb, 2048) * 1024,
+                             "split_named": f"max_sectors_kb = {kb}"})
+        else:
+            cq = p["cmds_max"] - 15
+            n = min(p["readers"], p["queue_depth"], cq)
+            rows.append(p | {"tps": n * 70.0, "max_outstanding": n, "can_queue": cq,
+                             "ceiling_named": "the SCSI device's queue_depth = 2 (meta.json)"
+                             if n == 2 < p["readers"] else ""})
+    _write(tmp_path / "kernel.csv", repro_kernel.COLUMNS, rows)
+    assert reproduce.main(["kernel", "--plot-only", "--out", str(tmp_path)]) == 0
+    _png_ok(tmp_path / "repro-kernel.png")
+    out = capsys.readouterr().out
+    split_32 = [line.split() for line in out.splitlines() if line.split()[:1] == ["32"]]
+    assert split_32 and split_32[0][1:3] == ["64.0", "32768"], out
+    assert out.count("the SCSI device's queue_depth = 2 (meta.json)") == 3   # 4, 8, 16 readers

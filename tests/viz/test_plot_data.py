@@ -199,3 +199,65 @@ def test_syscall_size_counts_only_reads_that_queued_block_io():
     # no block events (a user-space initiator): every read counts
     sizes = data.block_sizes(None, ev[ev["layer"] == "syscall"])
     assert sizes["syscall"]["count"] == 3
+
+
+def test_kernel_stack_start_and_end_points_become_spans():
+    """The stock kernel's SCSI midlayer and LIO mark work by a start and an end event, no
+    latency: each pair, tied by cmd_id (or by task tag before a merge), becomes one span in its
+    row: SCSI dispatch -> done, LIO execute -> done, backing-store submit -> done. A done that
+    comes before its start (another command's) draws nothing."""
+    import pandas as pd
+
+    rows = [  # host, layer, event, ts, cmd_id, itt
+        ("initiator", "scsi", "scsi_dispatch", 100, 0, None),
+        ("initiator", "scsi", "scsi_done", 900, 0, None),
+        ("initiator", "scsi", "scsi_dispatch", 150, 1, None),
+        ("initiator", "scsi", "scsi_done", 120, 1, None),     # before its dispatch: no span
+        ("target", "scsi", "lio_cmd_start", 300, None, 7),    # not merged: tied by its tag
+        ("target", "scsi", "lio_bs_submit", 320, None, 7),
+        ("target", "scsi", "lio_cmd_done", 700, None, 7),
+        ("target", "iscsi", "lio_cmd_rx", 250, None, 7),
+        ("target", "iscsi", "lio_data_in", 800, None, 7),
+    ]
+    ev = pd.DataFrame(rows, columns=["host", "layer", "event", "ts_ns", "cmd_id", "itt"])
+    ev["lat_ns"] = np.nan
+    spans = data.timeline_spans(None, None, ev)
+    got = sorted(zip(spans.row, spans.start_ns, spans.end_ns, strict=True))
+    assert got == [("initiator SCSI", 100, 900), ("target SCSI", 300, 700),
+                   ("target backing store", 320, 700), ("target iSCSI", 250, 800)]
+
+
+def test_scsi_midlayer_outstanding_counts_data_commands_dispatched_not_done():
+    """A kernel initiator's SCSI midlayer count: +1 at dispatch, -1 at done, data commands
+    only (a TEST UNIT READY poll, no LBA, does not count), a completion of a command
+    dispatched before the capture does not push the count below zero."""
+    import pandas as pd
+
+    rows = [("scsi_done", 50, 7.0),          # dispatched before the capture began
+            ("scsi_dispatch", 100, 8.0), ("scsi_dispatch", 110, 16.0),
+            ("scsi_dispatch", 115, None),     # TEST UNIT READY
+            ("scsi_done", 120, None), ("scsi_done", 200, 8.0),
+            ("scsi_dispatch", 200, 24.0), ("scsi_done", 300, 16.0), ("scsi_done", 400, 24.0)]
+    ev = pd.DataFrame(rows, columns=["event", "ts_ns", "lba"]).assign(host="initiator",
+                                                                        layer="scsi")
+    s = data.scsi_outstanding(ev)
+    assert s["outstanding"].max() == 2 and s["outstanding"].min() == 0
+    ceil = data.outstanding_ceiling(s)
+    # 2 outstanding from 110 to 300 (the done at 200 and the dispatch at 200 are one instant)
+    assert ceil["max"] == 2 and abs(ceil["time_at_max"] - 190 / 350) < 1e-9
+    assert data.scsi_outstanding(ev.assign(layer="block")).empty
+
+
+def test_outstanding_ends_an_unanswered_command_where_its_tag_is_reused():
+    """A command whose reply the capture lacks ended before the initiator used its task tag
+    again on the connection (RFC 7143: tags are unique among outstanding tasks); one never
+    reused stays open."""
+    import pandas as pd
+
+    c = pd.DataFrame({"conn": "a", "itt": ["0x1", "0x2", "0x1", "0x3"],
+                      "issue_ts_ns": [0, 10, 50, 60],
+                      "resp_ts_ns": pd.array([None, 40, 70, None], dtype="Int64")})
+    s = data.outstanding(c)
+    at = dict(zip(s["t_ns"], s["outstanding"], strict=False))
+    assert at[40] == 1 and at[50] == 1      # 0x1 closed at 50 by its reuse, reopened at 50
+    assert s["outstanding"].iloc[-1] == 1   # 0x3: no reply, tag never reused

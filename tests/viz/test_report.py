@@ -93,3 +93,35 @@ def test_kernel_caps_are_named_from_the_settings_in_force():
     assert diagnosis.ceiling_cause(meta, 113).startswith("the iSCSI host's can_queue")
     assert diagnosis.ceiling_cause(meta, 8).startswith("a concurrency limit")
     assert diagnosis.ceiling_cause({}, 2).startswith("a concurrency limit")
+
+
+def test_ceiling_at_the_applications_own_parallelism_is_named_as_such():
+    """A ceiling equal to the reads the application had in flight (system call layer) is the
+    application's, not a setting's; where a setting sits at the same count, both are said."""
+    import pandas as pd
+    from istrace.plot import data
+    from istrace.report import diagnosis
+
+    meta = {"testbed": {"mode": "vm", "tunables": {"queue_depth": 32, "can_queue": 113}}}
+    assert diagnosis.ceiling_cause(meta, 1, 1).startswith(
+        "the application: at most 1 read in flight at once")
+    assert "queue_depth of 32 would admit more" in diagnosis.ceiling_cause(meta, 1, 1)
+    both = diagnosis.ceiling_cause({"testbed": {"tunables": {"queue_depth": 2}}}, 2, 2)
+    assert both.startswith("the SCSI device's queue_depth = 2") and "both limit it" in both
+    assert diagnosis.ceiling_cause(meta, 4, 8).startswith("a concurrency limit")
+    # cmds_max 16: can_queue 1, and the kernel clamps the device's queue_depth to it
+    low = {"testbed": {"tunables": {"queue_depth": 1, "can_queue": 1, "cmds_max": 16}}}
+    assert diagnosis.ceiling_cause(low, 1, 4) == (
+        "the SCSI device's queue_depth = 1 and the iSCSI host's can_queue (cmds_max 16) = 1 "
+        "(meta.json)")
+    # two readers' preads of the disk (each queued a bio), overlapping; a third, shell read
+    # that queued nothing does not count
+    rows = [("syscall", "pread64_exit", 1000, 900, 11, 512),
+            ("block", "bio_queue", 200, None, 11, 512),
+            ("syscall", "pread64_exit", 1200, 800, 12, 512),
+            ("block", "bio_queue", 500, None, 12, 512),
+            ("syscall", "read_exit", 1100, 1000, 13, 100)]
+    ev = pd.DataFrame(rows, columns=["layer", "event", "ts_ns", "lat_ns", "pid", "bytes"])
+    ev["host"] = "initiator"
+    assert data.app_reads_in_flight(ev) == 2
+    assert data.app_reads_in_flight(ev[ev.layer == "syscall"]) is None   # no block layer

@@ -25,8 +25,10 @@ vectorised (merge_asof, searchsorted), no per-row Python.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,6 @@ MERGED_EXTRA = ["source", "ts_ns_merged", "cmd_id", "dir", "pdu", "cdb_name", "x
 TAIL_EXTRA = ["flags", "tid", "status", "fd", "ret", "again", "offset", "netns"]
 MERGED_COLUMNS = EVENT_COLUMNS + MERGED_EXTRA + TAIL_EXTRA
 _STR_COLS = [c for c in MERGED_COLUMNS if c in STR_COLUMNS] + ["dir", "cdb_name", "flags"]
-_INT_COLS = [c for c in MERGED_COLUMNS if c not in _STR_COLS]
 
 MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int64())
                            for c in MERGED_COLUMNS])
@@ -79,7 +80,7 @@ SEG_COLUMNS = ["ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags", "
 def load_segments(pcap: Path, host: str, ports: tuple[int, ...],
                   cache_dir: Path | None = None) -> pd.DataFrame:
     """TCP segments of the iSCSI connections in one host's capture, with conn and dir (the
-    decoder's segments.csv, kept in cache_dir)."""
+    decoder's segments.bin, kept in cache_dir)."""
     segs = load_segment_table(pcap, cache_dir=cache_dir)[SEG_COLUMNS]
     segs = segs[segs["sport"].isin(ports) | segs["dport"].isin(ports)]
     segs = conn_and_dir(segs, ports).reset_index(drop=True)
@@ -119,9 +120,14 @@ def estimate_offset(seg_i: pd.DataFrame, seg_t: pd.DataFrame) -> ClockEstimate:
     if seg_i.empty or seg_t.empty:
         return ClockEstimate(None, None, 0, 0, 0, None, None, "none",
                              "a capture is missing or empty: no common segments")
-    first_i = seg_i.sort_values("ts_ns").drop_duplicates(key)[key + ["ts_ns"]]
-    first_t = seg_t.sort_values("ts_ns").drop_duplicates(key)[key + ["ts_ns"]]
-    m = first_i.merge(first_t, on=key, suffixes=("_i", "_t"))
+    first_i, first_t = _first_copies(seg_i, key), _first_copies(seg_t, key)
+    m = first_i.merge(first_t, on="_h", suffixes=("_i", "_t"))
+    # a 64-bit hash may (rarely) pair two different segments: keep only true pairs
+    same = np.ones(len(m), bool)
+    for c in key:
+        same &= _same_labels(m[f"{c}_i"], m[f"{c}_t"]) if c in ("conn", "dir") else \
+            (m[f"{c}_i"] == m[f"{c}_t"]).to_numpy()
+    m = m[same].rename(columns={"dir_i": "dir"})
     i2t = m[m["dir"] == "i2t"]
     t2i = m[m["dir"] == "t2i"]
     upper = int((i2t["ts_ns_t"] - i2t["ts_ns_i"]).min()) if len(i2t) else None
@@ -142,63 +148,101 @@ def estimate_offset(seg_i: pd.DataFrame, seg_t: pd.DataFrame) -> ClockEstimate:
                          "only (estimate = that bound)" if n else "no common segments")
 
 
+def _same_labels(a: pd.Series, b: pd.Series) -> np.ndarray:
+    """Row by row, whether two label columns hold the same text (categoricals compared by
+    code, their few labels matched once)."""
+    if isinstance(a.dtype, pd.CategoricalDtype) and isinstance(b.dtype, pd.CategoricalDtype):
+        codes = a.cat.codes.to_numpy()
+        other = b.cat.set_categories(a.cat.categories).cat.codes.to_numpy()
+        return (codes == other) & (codes >= 0)
+    return (a.astype(str) == b.astype(str)).to_numpy()
+
+
+def _first_copies(seg: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    """The first copy of each segment (by `key`) in time order, with `_h`, a hash of its key:
+    one integer column to match on instead of seven (millions of segments a capture)."""
+    s = seg[key + ["ts_ns"]]
+    s = s.iloc[np.argsort(s["ts_ns"].to_numpy(np.int64), kind="stable")]
+    h = pd.util.hash_pandas_object(s[key], index=False).to_numpy()
+    first = ~pd.Series(h).duplicated().to_numpy()
+    return s[first].assign(_h=h[first])
+
+
 # ----------------------------------------------------------------------------- rows
 
-def _pdu_rows(pdus: pd.DataFrame, host: str) -> pd.DataFrame:
+def _rows(n: int, cols: dict[str, Any]) -> pa.Table:
+    """A table of n rows with the MERGED_SCHEMA columns `cols` gives, typed as there and in
+    its order: a str is repeated, an array or Series converted (NaN/NA -> null). Only the
+    columns a kind of row has: a packet's row would otherwise carry some thirty null
+    columns, gigabytes for a full-rate capture (`_full` adds them a row group at a time).
+    Built in Arrow: the per-packet rows never pass through pandas objects."""
+    names, arrays = [], []
+    for f in MERGED_SCHEMA:
+        v = cols.get(f.name)
+        if v is None:
+            continue
+        if isinstance(v, str):
+            arr = pa.repeat(pa.scalar(v, f.type), n)
+        else:
+            arr = v if isinstance(v, pa.Array | pa.ChunkedArray) else pa.array(v, from_pandas=True)
+        names.append(f.name)
+        arrays.append(arr if arr.type == f.type else pc.cast(arr, f.type))
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _full(t: pa.Table, names: list[str] | None = None) -> pa.Table:
+    """t with exactly the columns `names` (MERGED_SCHEMA's by default), missing ones null."""
+    fields = [MERGED_SCHEMA.field(c) for c in (names or MERGED_SCHEMA.names)]
+    cols = [t[f.name] if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
+            for f in fields]
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def _pdu_rows(pdus: pd.DataFrame, host: str) -> pa.Table:
     get = pdus.get
-    n = len(pdus)
-    none = pd.Series([pd.NA] * n, index=pdus.index)
-    df = pd.DataFrame({
-        "ts_ns": pdus["ts_ns"].astype("int64"),
-        "host": host, "layer": "iscsi",
-        "event": get("opcode_name", none).astype("string"),
-        "conn": get("conn", none), "itt": pdus.get("itt", none),
-        "opcode": get("opcode", none), "seq": get("tcp_seq", none),
-        "bytes": get("dsl", none), "lba": get("lba", none),
-        "source": "pcap", "dir": get("dir", none), "pdu": get("pdu", none),
-        "cdb_name": get("cdb_name", none), "xfer_bytes": get("xfer_bytes", none),
-        "reason": get("note", none),
+    return _rows(len(pdus), {
+        "ts_ns": pdus["ts_ns"].astype("int64"), "host": host, "layer": "iscsi",
+        "event": get("opcode_name"), "conn": get("conn"), "itt": get("itt"),
+        "opcode": get("opcode"), "seq": get("tcp_seq"), "bytes": get("dsl"),
+        "lba": get("lba"), "source": "pcap", "dir": get("dir"), "pdu": get("pdu"),
+        "cdb_name": get("cdb_name"), "xfer_bytes": get("xfer_bytes"), "reason": get("note"),
     })
-    return df
 
 
-def _hex_flags(f: np.ndarray) -> np.ndarray:
-    names = np.array([f"0x{i:02x}" for i in range(256)], dtype=object)
-    return names[f & 0xFF]
+def _hex_flags(f: np.ndarray) -> pa.Array:
+    names = pa.array([f"0x{i:02x}" for i in range(256)])
+    return pc.take(names, pa.array(f & 0xFF))
 
 
-def _segment_rows(segs: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({
-        "ts_ns": segs["ts_ns"].astype("int64"), "host": segs["host"], "layer": "net",
-        "event": "segment", "conn": segs["conn"], "seq": segs["seq"], "ack": segs["ack"],
-        "bytes": segs["len"], "rwnd": segs["win"], "source": "pcap", "dir": segs["dir"],
-        "flags": _hex_flags(segs["flags"].to_numpy(np.int64)),
+def _segment_rows(segs: pd.DataFrame) -> pa.Table:
+    return _rows(len(segs), {
+        "ts_ns": segs["ts_ns"].astype("int64"), "host": str(segs["host"].iloc[0]),
+        "layer": "net", "event": "segment", "conn": segs["conn"], "seq": segs["seq"],
+        "ack": segs["ack"], "bytes": segs["len"], "rwnd": segs["win"], "source": "pcap",
+        "dir": segs["dir"], "flags": _hex_flags(segs["flags"].to_numpy(np.int64)),
     })
 
 
 def _conform(t: pa.Table) -> pa.Table:
-    """A table with exactly MERGED_SCHEMA's columns (missing ones null)."""
-    cols = []
-    for f in MERGED_SCHEMA:
-        if f.name in t.column_names:
-            cols.append(pc.cast(t[f.name], f.type))
-        else:
-            cols.append(pa.nulls(t.num_rows, f.type))
-    return pa.Table.from_arrays(cols, schema=MERGED_SCHEMA)
+    """An event table's MERGED_SCHEMA columns, typed as there."""
+    return _rows(t.num_rows, {c: t[c] for c in t.column_names})
 
 
-def _normalise(df: pd.DataFrame) -> pd.DataFrame:
-    for c in MERGED_COLUMNS:
-        if c not in df:
-            df[c] = pd.NA
-    df = df[MERGED_COLUMNS]
-    for c in _INT_COLS:
-        if df[c].dtype != "Int64":
-            df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
-    for c in _STR_COLS:
-        if df[c].dtype != "string":
-            df[c] = df[c].astype("string")
-    return df
+def _with_clock(t: pa.Table, off: int) -> pa.Table:
+    """ts_ns_merged (the target's times moved onto the initiator's clock) and dir (a probe
+    TCP event's: its socket's own sending direction)."""
+    t = _full(t, [c for c in MERGED_SCHEMA.names if c in t.column_names or
+                  c in ("host", "conn", "source", "layer", "dir", "ts_ns_merged")])
+    is_tgt = pc.fill_null(pc.equal(t["host"], "target"), False)
+    ts = t["ts_ns"]
+    t = t.set_column(t.schema.get_field_index("ts_ns_merged"), "ts_ns_merged",
+                     pc.if_else(is_tgt, pc.subtract(ts, off), ts))
+    tcp_ev = pc.fill_null(pc.and_(pc.and_(pc.equal(t["source"], "probe"),
+                                          pc.is_valid(t["conn"])),
+                                  pc.is_in(t["layer"], value_set=pa.array(["tcp", "net"]))),
+                          False)
+    return t.set_column(t.schema.get_field_index("dir"), "dir",
+                        pc.if_else(tcp_ev, pc.if_else(is_tgt, "t2i", "i2t"), t["dir"]))
 
 
 def _tie_by_lba(df: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame, slack: int) -> None:
@@ -231,19 +275,65 @@ def _times(df: pd.DataFrame, rows: pd.Series) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- main
 
+def _write_sorted(parts: list[pa.Table], order: np.ndarray, parquet: Path, csv: Path | None,
+                  rows: int = 1 << 20) -> None:
+    """The parts, one after the other, in `order` (indexes into their concatenation), a row
+    group at a time with every column (so neither the sorted copy nor the null columns are
+    ever whole in memory), to parquet and csv; each file written beside and renamed over
+    the old one."""
+    starts = np.cumsum([0] + [p.num_rows for p in parts])
+    tmp = [parquet.with_name(f".{parquet.name}.tmp")] + \
+        ([csv.with_name(f".{csv.name}.tmp")] if csv else [])
+    try:
+        with pq.ParquetWriter(tmp[0], MERGED_SCHEMA, compression="lz4") as pw, \
+                (pacsv.CSVWriter(tmp[1], MERGED_SCHEMA) if csv else nullcontext()) as cw:
+            for i in range(0, max(len(order), 1), rows):
+                part = _gather(parts, starts, order[i:i + rows])
+                pw.write_table(part)
+                if cw is not None:
+                    cw.write_table(part)
+        os.replace(tmp[0], parquet)
+        if csv:
+            os.replace(tmp[1], csv)
+    finally:
+        for t in tmp:
+            t.unlink(missing_ok=True)
+
+
+def _gather(parts: list[pa.Table], starts: np.ndarray, idx: np.ndarray) -> pa.Table:
+    """The rows idx (into the parts' concatenation), in that order, with every column."""
+    which = np.searchsorted(starts, idx, side="right") - 1
+    pieces, placed = [], []
+    for k in np.unique(which):
+        at = np.flatnonzero(which == k)
+        pieces.append(_full(parts[k].take(pa.array(idx[at] - starts[k]))))
+        placed.append(at)
+    if not pieces:
+        return MERGED_SCHEMA.empty_table()
+    got = pa.concat_tables(pieces)
+    return got.take(pa.array(np.argsort(np.concatenate(placed), kind="stable")))
+
+
 @dataclass
 class MergeResult:
+    """What a merge did: its notes first (what is missing or unsure), then the counts."""
+    notes: list[str]
     rows: int
     clock: ClockEstimate
     lost: dict[str, int]
     counts: dict[str, int]
-    notes: list[str]
+
+
+# merged.csv beside merged.parquet up to this many rows unless asked: a full-rate capture's
+# millions of per-packet rows make a CSV of gigabytes that takes longer than the merge
+CSV_MAX_ROWS = 1_000_000
 
 
 def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: int | None = None,
-              write_csv: bool = True, log: Any = None) -> MergeResult:
-    """Merge everything in d; writes merged.parquet, merged.csv and clock.json. `ports`: the
-    iSCSI target port(s), else the portal meta.json recorded, else 3260."""
+              write_csv: bool | None = None, log: Any = None) -> MergeResult:
+    """Merge everything in d; writes merged.parquet, clock.json and merged.csv (write_csv
+    None: when at most CSV_MAX_ROWS rows). `ports`: the iSCSI target port(s), else the
+    portal meta.json recorded, else 3260."""
     say = log or (lambda m: print(m, file=sys.stderr))
     notes: list[str] = []
     if not d.is_dir():
@@ -265,7 +355,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
             notes.append(f"no events-{h}.jsonl (or .csv)")
         if n_lost:
             notes.append(f"{h}: the probe lost {n_lost} events (ring buffer full)")
-    # The decoder first: its segments.csv (beside the PDUs) is the segment table.
+    # The decoder first: its segments.bin (beside the PDUs) is the segment table.
     decoded: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None]] = {}
     seg_dirs: dict[str, Path] = {}
     for h in HOSTS:
@@ -313,26 +403,14 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
             parts.append(_conform(events[h]))
         pdus, _cmds = decoded[h]
         if pdus is not None and not pdus.empty:
-            parts.append(pa.Table.from_pandas(_normalise(_pdu_rows(pdus, h)),
-                                              schema=MERGED_SCHEMA, preserve_index=False))
+            parts.append(_pdu_rows(pdus, h))
         if not segs[h].empty:
-            parts.append(pa.Table.from_pandas(_normalise(_segment_rows(segs[h])),
-                                              schema=MERGED_SCHEMA, preserve_index=False))
+            parts.append(_segment_rows(segs.pop(h)))
     if not parts:
         raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
+    del segs, events  # in `parts` now: memory for the join
     say("merge: joining")
-    table = pa.concat_tables(parts).combine_chunks()
-    is_tgt = pc.fill_null(pc.equal(table["host"], "target"), False)
-    ts = table["ts_ns"]
-    table = table.set_column(table.schema.get_field_index("ts_ns_merged"), "ts_ns_merged",
-                             pc.if_else(is_tgt, pc.subtract(ts, off), ts))
-    # direction of probe TCP events: the socket's own sending direction
-    tcp_ev = pc.fill_null(pc.and_(pc.and_(pc.equal(table["source"], "probe"),
-                                          pc.is_valid(table["conn"])),
-                                  pc.is_in(table["layer"], value_set=pa.array(["tcp", "net"]))),
-                          False)
-    table = table.set_column(table.schema.get_field_index("dir"), "dir",
-                             pc.if_else(tcp_ev, pc.if_else(is_tgt, "t2i", "i2t"), table["dir"]))
+    parts = [_with_clock(p, off) for p in parts]
 
     ini_pdus, ini_cmds = decoded["initiator"]
     tgt_pdus, _ = decoded["target"]
@@ -340,8 +418,10 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     # the columns the cmd_id rules look at, in pandas (strings as categoricals: cheap)
     need = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt", "bytes",
             "lba", "ts_ns_merged", "offset", "pdu"] if have_cmds else ["ts_ns"]
-    key = pa.table({c: (pc.dictionary_encode(table[c]) if c in _STR_COLS else table[c])
+    cols = pa.concat_tables([_full(p, need) for p in parts])
+    key = pa.table({c: (pc.dictionary_encode(cols[c]) if c in _STR_COLS else cols[c])
                     for c in need})
+    del cols
     df = key.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     cmd = pd.Series(pd.NA, index=df.index, dtype="Int64")
     if have_cmds:
@@ -389,17 +469,33 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         _tie_by_lba(df, cmd, commands, slack)
     else:
         notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")
-    table = table.set_column(table.schema.get_field_index("cmd_id"), "cmd_id",
-                             pa.array(cmd, type=pa.int64(), from_pandas=True))
+    cmd_ids = pa.array(cmd, type=pa.int64(), from_pandas=True)
+    del key, df, cmd
+    at = 0
+    for i, p in enumerate(parts):
+        if "cmd_id" in p.column_names:
+            p = p.drop_columns(["cmd_id"])
+        parts[i] = p.append_column(MERGED_SCHEMA.field("cmd_id"), cmd_ids.slice(at, p.num_rows))
+        at += p.num_rows
     say("merge: sorting and writing")
-    order = pc.sort_indices(table, sort_keys=[("ts_ns_merged", "ascending")])
-    table = table.take(order)
-    pq.write_table(table, d / layout.MERGED, compression="lz4")
-    if write_csv:
-        pacsv.write_csv(table, d / layout.MERGED_CSV)
+    n_rows = at
+    # a stable sort of the parts' concatenation, as one table's would be
+    order = pc.sort_indices(pa.chunked_array([p["ts_ns_merged"] for p in parts])).to_numpy()
+    order = order.astype(np.int64)
+    csv = d / layout.MERGED_CSV
+    with_csv = bool(write_csv or (write_csv is None and n_rows <= CSV_MAX_ROWS))
+    _write_sorted(parts, order, d / layout.MERGED, csv if with_csv else None)
+    if not with_csv:
+        csv.unlink(missing_ok=True)  # an older merge's would contradict the new parquet
+        notes.append(f"merged.csv not written ({n_rows} rows > {CSV_MAX_ROWS}; "
+                     "istrace merge --csv writes it)" if write_csv is None else
+                     "merged.csv not written (--no-csv)")
     clock_doc = asdict(clock)
     clock_doc["notes"] = [n for n in notes if "clock" in n]
     (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
-    groups = table.group_by(["host", "layer"]).aggregate([("ts_ns", "count")]).to_pylist()
-    counts = {f"{g['host']}/{g['layer']}": int(g["ts_ns_count"]) for g in groups}
-    return MergeResult(table.num_rows, clock, lost, counts, notes)
+    counts: dict[str, int] = {}
+    for p in parts:
+        for g in p.group_by(["host", "layer"]).aggregate([("ts_ns", "count")]).to_pylist():
+            k = f"{g['host']}/{g['layer']}"
+            counts[k] = counts.get(k, 0) + int(g["ts_ns_count"])
+    return MergeResult(notes, n_rows, clock, lost, counts)

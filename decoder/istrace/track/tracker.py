@@ -14,12 +14,14 @@ intervals) and `events` (retransmit / dupack / loss_episode marks).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from istrace.capture.decoded import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
 from istrace.capture.tcpseq import unwrap
+from pandas.api.types import union_categoricals
 
 SAMPLE_COLUMNS = [
     "ts_ns", "conn", "dir", "host", "source", "cwnd", "ssthresh", "srtt_us", "rtt_us",
@@ -50,7 +52,15 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame(columns=columns)
-    return pd.concat(frames, ignore_index=True)[columns]
+    # label columns stay categorical (pd.concat makes text of categoricals whose labels
+    # differ, the per-connection ones always do): millions of samples, a few labels
+    labels = [c for c in columns if all(
+        c in f.columns and isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames)]
+    out = pd.concat([f.drop(columns=labels) for f in frames], ignore_index=True)
+    for c in labels:
+        out[c] = union_categoricals([pd.Categorical.from_codes(
+            f[c].cat.codes, f[c].cat.categories.astype(object)) for f in frames])
+    return out[columns]
 
 
 def _frame(data: dict[str, object], columns: list[str], n: int) -> pd.DataFrame:
@@ -384,13 +394,13 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
             continue
         j = np.searchsorted(d_ts, t, side="right") - 1
         recover = int(all_end[max(j, 0)])
-        done = np.flatnonzero((a_ts >= t) & (a_ack >= recover))
-        end = int(a_ts[done[0]]) if len(done) else int(max(d_ts[-1], a_ts[-1] if len(a_ts) else 0))
+        done = _first_at_least(a_ack, recover, _first_at(a_ts, t))
+        end = int(a_ts[done]) if done is not None else \
+            int(max(d_ts[-1], a_ts[-1] if len(a_ts) else 0))
         # Fast recovery when duplicate ACKs led up to the retransmission within about an RTT
         # (with SACK one ACK can report 3+ lost segments, so one duplicate is enough); a
         # retransmission after silence is a timeout.
-        dups_before = np.flatnonzero(dup & (a_ts <= t) & (a_ts > t - recent_ns))
-        fast = why == "dup" or len(dups_before) > 0
+        fast = why == "dup" or bool(dup[_window(a_ts, t - recent_ns, t)].any())
         state = "Recovery" if fast else "Loss"
         seq0 = int(a_una[np.searchsorted(a_ts, t, side="right") - 1]) if len(a_ts) and \
             a_ts[0] <= t else 0
@@ -398,15 +408,20 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
                        "fast retransmit" if fast else "timeout / no dupacks"))
         states.append((conn, d, host, "estimated", state, t, max(end, t)))
         ep_end_ts = end
-    # Disorder: duplicate ACKs that did not reach the threshold.
+    # Disorder: duplicate ACKs that did not reach the threshold, outside the episodes above
+    # and the Disorder intervals before (each starts where the one before it ended, or later).
+    in_episode = _covered_by([(s, e) for *_, s, e in states])
+    last_end = None
     for i in np.flatnonzero(dup & (dup_run == 1)):
         run_end = i
         while run_end + 1 < len(dup) and dup[run_end + 1]:
             run_end += 1
-        if dup_run[run_end] < dupack_threshold and not any(
-                s <= a_ts[i] <= e for *_, s, e in states):
+        t = int(a_ts[i])
+        if dup_run[run_end] < dupack_threshold and not in_episode(t) and \
+                (last_end is None or t > last_end):
             nxt = int(a_ts[run_end + 1]) if run_end + 1 < len(a_ts) else int(a_ts[run_end])
-            states.append((conn, d, host, "estimated", "Disorder", int(a_ts[i]), nxt))
+            states.append((conn, d, host, "estimated", "Disorder", t, nxt))
+            last_end = nxt
 
     res = TrackResult()
     n = len(ts)
@@ -420,8 +435,8 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     srtt = _ewma_srtt(rtt_all)
     rate = _rate(ts, np.maximum(una, 0))
     res.samples = _frame({
-        "ts_ns": ts, "conn": np.full(n, conn, dtype=object), "dir": np.full(n, d, dtype=object),
-        "host": np.full(n, host, dtype=object), "source": np.full(n, "estimated", dtype=object),
+        "ts_ns": ts, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
+        "source": _const(n, "estimated"),
         "srtt_us": srtt, "rtt_us": rtt_all, "inflight_bytes": inflight.astype(float),
         "rwnd": rwnd_all, "delivery_rate_bps": rate,
     }, SAMPLE_COLUMNS, n)
@@ -441,6 +456,42 @@ def _ewma_srtt(rtt: np.ndarray) -> np.ndarray:
         s = rtt[i] if np.isnan(s) else s + (rtt[i] - s) / 8.0
         out[i] = s
     return pd.Series(out).ffill().to_numpy()
+
+
+def _first_at(ts: np.ndarray, t: int) -> int:
+    """Index of the first time stamp >= t (ts sorted)."""
+    return int(np.searchsorted(ts, t, side="left"))
+
+
+def _first_at_least(values: np.ndarray, v: int, start: int, chunk: int = 4096) -> int | None:
+    """Index of the first of values[start:] >= v, or None; looks a chunk at a time, since the
+    answer is usually near `start` (an episode ends within a few round trips)."""
+    for lo in range(start, len(values), chunk):
+        hit = np.flatnonzero(values[lo:lo + chunk] >= v)
+        if len(hit):
+            return lo + int(hit[0])
+    return None
+
+
+def _window(ts: np.ndarray, after: int, upto: int) -> slice:
+    """The positions of the time stamps in (after, upto] (ts sorted)."""
+    return slice(int(np.searchsorted(ts, after, side="right")),
+                 int(np.searchsorted(ts, upto, side="right")))
+
+
+def _covered_by(intervals: list[tuple[int, int]]) -> Callable[[int], bool]:
+    """A test of whether a time lies in one of the closed intervals [start, end]: the latest
+    end among the intervals that start at or before it reaches it."""
+    if not intervals:
+        return lambda t: False
+    iv = sorted(intervals)
+    starts = np.array([s for s, _ in iv], np.int64)
+    reach = np.maximum.accumulate(np.array([e for _, e in iv], np.int64))
+
+    def covered(t: int) -> bool:
+        j = int(np.searchsorted(starts, t, side="right")) - 1
+        return j >= 0 and int(reach[j]) >= t
+    return covered
 
 
 def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str, base: int) -> object:

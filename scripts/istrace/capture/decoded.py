@@ -17,21 +17,28 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.csv as pacsv
 from istrace.capture.conn import conn_key
 from istrace.system import paths
 
 PDU_FILE = "pdus.csv"
 COMMAND_FILE = "commands.csv"
 CONNECTION_FILE = "connections.csv"
-SEGMENT_FILE = "segments.csv"
+SEGMENT_FILE = "segments.bin"
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
-# segments.csv (schema §4b): every column an int64 but the two addresses.
+# The segments table (schema §4b): every column an int64 but the two addresses.
 SEGMENT_COLUMNS = ["frame", "ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags",
                    "win", "len", "wscale", "mss", "tsval", "tsecr", "sack"]
-_SEG_TYPES = {c: pa.string() if c in ("src", "dst") else pa.int64() for c in SEGMENT_COLUMNS}
+# segments.bin (schema §4c, decoder/segments_bin.c): little-endian records, the addresses'
+# text after them (NUL-terminated, in index order), then a 32-byte trailer.
+_SEG_RECORD = np.dtype([("ts_ns", "<i8"), ("frame", "<u8"), ("tsval", "<i8"), ("tsecr", "<i8"),
+                        ("seq", "<u4"), ("ack", "<u4"), ("len", "<u4"), ("win", "<u4"),
+                        ("src", "<u4"), ("dst", "<u4"), ("mss", "<i4"), ("sport", "<u2"),
+                        ("dport", "<u2"), ("flags", "u1"), ("wscale", "i1"), ("sack", "u1"),
+                        ("pad", "V5")])
+_SEG_TRAILER = np.dtype([("magic", "S8"), ("record_size", "<u4"), ("n_addrs", "<u4"),
+                         ("n_records", "<u8"), ("text_bytes", "<u8")])
+_SEG_MAGIC = b"ISTSEGS1"
 
 # Columns that hold text even when every value looks like a number (hex tags, names).
 _PDU_TEXT = ["conn", "dir", "opcode_name", "flags", "itt", "ttt", "cdb_name", "status_name",
@@ -67,7 +74,7 @@ def _run(cmd: list[str], timeout: float | None) -> None:
 
 def decode_to_dir(pcap: str | Path, outdir: str | Path, ports: Iterable[int] = (),
                   block_size: int | None = None, timeout: float | None = None) -> Path:
-    """Decode `pcap` into outdir/pdus.csv, commands.csv, connections.csv and segments.csv;
+    """Decode `pcap` into outdir/pdus.csv, commands.csv, connections.csv and segments.bin;
     returns outdir."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
@@ -81,11 +88,32 @@ def decode_to_dir(pcap: str | Path, outdir: str | Path, ports: Iterable[int] = (
     return out
 
 
-def read_segments_csv(path: str | Path) -> pd.DataFrame:
-    """A segments.csv as written by the decoder: int64 columns, text addresses."""
-    table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
-        column_types=_SEG_TYPES, include_columns=SEGMENT_COLUMNS))
-    return table.to_pandas()
+def read_segments(path: str | Path) -> pd.DataFrame:
+    """A segments.bin as the decoder writes it: the records read whole, not parsed; int64
+    columns (as segments.csv's), the addresses as categoricals of their text."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size < _SEG_TRAILER.itemsize:
+        raise DecodeError(f"{path}: too short for a segments table", 2)
+    t = np.fromfile(path, _SEG_TRAILER, count=1, offset=size - _SEG_TRAILER.itemsize)[0]
+    n, text_bytes = int(t["n_records"]), int(t["text_bytes"])
+    if t["magic"] != _SEG_MAGIC or int(t["record_size"]) != _SEG_RECORD.itemsize or \
+            n * _SEG_RECORD.itemsize + text_bytes + _SEG_TRAILER.itemsize != size:
+        raise DecodeError(f"{path}: not a segments table of this decoder (remove it to "
+                          "decode again)", 2)
+    rec = np.fromfile(path, _SEG_RECORD, count=n)  # one read: no per-page faults of a map
+    with open(path, "rb") as f:
+        f.seek(n * _SEG_RECORD.itemsize)
+        names = f.read(text_bytes).decode().split("\0")[:int(t["n_addrs"])]
+    labels = pd.Index(names, dtype=object)
+    out = {}
+    for c in SEGMENT_COLUMNS:
+        if c in ("src", "dst"):
+            out[c] = pd.Categorical.from_codes(rec[c].astype(np.int64), labels)
+        else:
+            out[c] = rec[c].astype(np.int64)
+    del rec
+    return pd.DataFrame(out, columns=SEGMENT_COLUMNS)
 
 
 def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
@@ -93,7 +121,7 @@ def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
     """Every TCP segment of a capture (schema §4b), one row each, in file order.
 
     The decoder writes the table (`istrace-decode --segments`, no iSCSI decoding). With
-    `cache_dir` it goes to cache_dir/segments.csv and is reused while it is newer than the
+    `cache_dir` it goes to cache_dir/segments.bin and is reused while it is newer than the
     capture (decode_to_dir leaves one there too); without, it is read and thrown away.
     Raises DecodeError (returncode 2: not a readable capture) or paths.MissingBinary.
     """
@@ -104,18 +132,18 @@ def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
     if cache_dir is not None:
         out = Path(cache_dir) / SEGMENT_FILE
         if out.is_file() and out.stat().st_mtime >= pcap.stat().st_mtime:
-            return read_segments_csv(out)
+            return read_segments(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".segments-", suffix=".csv", dir=out.parent)
+        fd, tmp = tempfile.mkstemp(prefix=".segments-", suffix=".bin", dir=out.parent)
     else:
-        fd, tmp = tempfile.mkstemp(prefix="istrace-segments-", suffix=".csv")
+        fd, tmp = tempfile.mkstemp(prefix="istrace-segments-", suffix=".bin")
     os.close(fd)
     try:
         _run([exe, "-q", "--segments", tmp, str(pcap)], timeout)
         if cache_dir is None:
-            return read_segments_csv(tmp)
+            return read_segments(tmp)
         os.replace(tmp, out)  # readers never see a half-written table
-        return read_segments_csv(out)
+        return read_segments(out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -130,8 +158,8 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
     """
     out = segs.copy()
     if out.empty:
-        out["conn"] = pd.Series(dtype=object)
-        out["dir"] = pd.Series(dtype=object)
+        out["conn"] = pd.Categorical([])
+        out["dir"] = pd.Categorical([])
         return out
     synack = out[(out["flags"] & (TCP_SYN | TCP_ACK)) == (TCP_SYN | TCP_ACK)]
     servers = set(zip(synack["src"].astype(str).tolist(), synack["sport"].tolist(), strict=True))
@@ -150,8 +178,10 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
             tgt = (s, sp) in servers or (sp < dp and (d, dp) not in servers)
         conn.append(conn_key(d, dp, s, sp) if tgt else conn_key(s, sp, d, dp))
         direction.append("t2i" if tgt else "i2t")
-    out["conn"] = np.asarray(conn, dtype=object)[codes]
-    out["dir"] = np.asarray(direction, dtype=object)[codes]
+    # categoricals: millions of segments name a few connections
+    for col, labels in (("conn", conn), ("dir", direction)):
+        lc, lu = pd.factorize(pd.Series(labels, dtype=object))
+        out[col] = pd.Categorical.from_codes(lc[codes], pd.Index(lu, dtype=object))
     return out
 
 

@@ -31,7 +31,7 @@ TRACE_JSON = "trace.json"
 PDUS = "pdus.csv"
 COMMANDS = "commands.csv"
 CONNECTIONS = "connections.csv"
-SEGMENTS = "segments.csv"
+SEGMENTS = "segments.bin"
 
 
 def pcap(d: Path, host: str) -> Path:

@@ -2,7 +2,7 @@
 
 Layout (docs/schema.md, `istrace capture --out DIR`): initiator.pcap, target.pcap,
 events-<host>.jsonl, meta.json, merged.parquet + clock.json (`istrace merge`), decoded tables
-(pdus.csv, commands.csv, connections.csv, segments.csv from `istrace decode`; the decoder is
+(pdus.csv, commands.csv, connections.csv, segments.bin from `istrace decode`; the decoder is
 run on a pcap that has none). Each table may be missing;
 `Capture.missing` says which, in words fit for the report.
 """
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
 from istrace.capture.events import load_events
@@ -42,6 +44,8 @@ class Capture:
     events: pd.DataFrame | None = None                                # probe events, both hosts
     sockstats: pd.DataFrame | None = None   # sampled tcp_info of the iSCSI sockets (ss -ti)
     cpu: pd.DataFrame | None = None         # sampled CPU use per CPU and process
+    # merged.parquet's probe rows (each tied to its command): the per-packet rows stay on
+    # disk, read_merged reads the columns a step needs
     merged: pd.DataFrame | None = None
     clock: dict[str, Any] = field(default_factory=dict)
     ports: tuple[int, ...] = (DEFAULT_PORT,)  # the iSCSI target port(s) the tables were cut to
@@ -141,7 +145,7 @@ def load_capture(d: str | Path, decode: bool = True,
                 found = out
             elif err:
                 cap.missing.append(f"decoded PDUs of {host}.pcap ({err})")
-        # TCP segments: the decoder's segments.csv beside the PDUs, or made now (segments only).
+        # TCP segments: the decoder's segments.bin beside the PDUs, or made now (segments only).
         seg_dir = found if found is not None and (found / layout.SEGMENTS).is_file() \
             else layout.decoded_dir(d, host)
         try:
@@ -169,13 +173,25 @@ def load_capture(d: str | Path, decode: bool = True,
     merged = d / layout.MERGED
     if merged.is_file():
         try:
-            cap.merged = pd.read_parquet(merged)
+            cap.merged = read_merged(d, probe_rows_only=True)
         except (OSError, ValueError) as exc:
             cap.warnings.append(f"merged.parquet unreadable: {exc}")
     else:
         cap.missing.append("merged.parquet (istrace merge): layers aligned from raw tables")
     _capture_drop_warnings(cap)
     return cap
+
+
+def read_merged(d: Path, columns: list[str] | None = None,
+                probe_rows_only: bool = False) -> pd.DataFrame:
+    """merged.parquet (docs/schema.md §6): the chosen columns of every row, text columns as
+    categoricals (millions of rows repeat a few host/layer/event names); or, asked for, only
+    the probe events' rows (filtered by the Parquet reader; thousands of rows, text as
+    text)."""
+    table = pq.read_table(d / layout.MERGED, columns=columns,
+                          filters=[("source", "=", "probe")] if probe_rows_only else None)
+    strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
+    return table.to_pandas(categories=strings if not probe_rows_only else None)
 
 
 def _capture_drop_warnings(cap: Capture) -> None:

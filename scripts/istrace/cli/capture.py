@@ -29,6 +29,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=0.5,
                     help="seconds to keep capturing after the workload ends")
     ap.add_argument("--no-probes", action="store_true")
+    ap.add_argument("--probe-args", default="",
+                    help="more istrace-probe options for both ends, e.g. '--syscall-entries' "
+                         "(istrace probe --help)")
     ap.add_argument("--sample-ms", type=float, default=500,
                     help="sample the iSCSI sockets' tcp_info (ss -ti) and the hosts' CPU every "
                          "N ms into hoststats-<host>.jsonl (0 = off; default 500)")

@@ -15,16 +15,21 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="istrace merge",
         description="Merge DIR/events-{initiator,target}.jsonl, DIR/{initiator,target}.pcap and "
-                    "their decodes into DIR/merged.parquet, DIR/merged.csv and DIR/clock.json.")
+                    "their decodes into DIR/merged.parquet, DIR/clock.json and, up to a million "
+                    "rows, DIR/merged.csv.")
     ap.add_argument("dir", type=Path)
     ap.add_argument("--offset-ns", type=int, default=None,
                     help="use this clock offset (target minus initiator) instead of estimating")
-    ap.add_argument("--no-csv", action="store_true", help="write only merged.parquet")
+    csv = ap.add_mutually_exclusive_group()
+    csv.add_argument("--csv", dest="csv", action="store_const", const=True, default=None,
+                     help="write merged.csv whatever its size")
+    csv.add_argument("--no-csv", dest="csv", action="store_const", const=False,
+                     help="write only merged.parquet")
     a = parse(ap, argv)
     ports = ports_of(a)
     t0 = time.monotonic()
     try:
-        r = merge_dir(a.dir, ports, a.offset_ns, not a.no_csv)
+        r = merge_dir(a.dir, ports, a.offset_ns, a.csv)
     except (MergeError, OSError, ValueError) as exc:
         print(f"istrace merge: {exc}", file=sys.stderr)
         return 1
@@ -44,6 +49,6 @@ def main(argv: list[str]) -> int:
     layers = ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items()))
     print(f"merged {r.rows} rows in {time.monotonic() - t0:.1f} s: {layers}")
     print(f"lost events: initiator {r.lost.get('initiator', 0)}, target {r.lost.get('target', 0)}")
-    print(f"wrote {a.dir / 'merged.parquet'}" + ("" if a.no_csv else ", merged.csv") +
-          ", clock.json")
+    csv = (a.dir / "merged.csv").is_file()
+    print(f"wrote {a.dir / 'merged.parquet'}" + (", merged.csv" if csv else "") + ", clock.json")
     return 0

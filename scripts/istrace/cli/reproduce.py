@@ -17,6 +17,7 @@ from typing import Any
 
 from istrace.reproduce import blocksize as repro_blocksize
 from istrace.reproduce import delay as repro_delay
+from istrace.reproduce import kernel as repro_kernel
 from istrace.reproduce import parallel as repro_parallel
 from istrace.reproduce import params as repro_params
 from istrace.reproduce import run as repro_run
@@ -39,6 +40,9 @@ EXPERIMENTS: dict[str, tuple[Callable[..., int], Callable[[Path], int], str]] = 
                "vs delay, with eq. 3"),
     "blocksize": (repro_blocksize.run, repro_blocksize.finish,
                   "seed 003 figs. 1-2: READ latency and throughput vs block size, CPU by kind"),
+    "kernel": (repro_kernel.run, repro_kernel.finish,
+               "seed 001 on the stock kernel (VM: open-iscsi + LIO): block split and "
+               "queue_depth ceiling, named by istrace report"),
     "scenarios": (repro_scenarios.run, repro_scenarios.finish,
                   "the verdict's scenario suite: captures with a cause fixed in advance"),
 }

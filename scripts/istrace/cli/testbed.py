@@ -99,6 +99,9 @@ def add_path_args(p: argparse.ArgumentParser) -> None:
                         "caps the receive window")
     p.add_argument("--tgt-wmem", type=parse_bytes, default=0,
                    help="target's largest send buffer (net.ipv4.tcp_wmem max, e.g. 64k)")
+    p.add_argument("--tgt-rmem", type=parse_bytes, default=0,
+                   help="target's largest receive buffer (net.ipv4.tcp_rmem max, e.g. 64k): "
+                        "caps the receive window of WRITEs")
     p.add_argument("--cc", default="",
                    help="TCP congestion control at both ends (e.g. cubic, bbr; default: the "
                         "host's)")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 from istrace.reproduce import plot as repro_plot
 from istrace.reproduce import run as repro_run
-from istrace.reproduce.sweep import Progress, Row, SweepCSV, num
+from istrace.reproduce.sweep import Row, measured_rows, none_measured, num
 from istrace.system.cputime import CPU_FIELDS, USER_HZ, cpu_stat, tree_times
 
 COLUMNS = ["series", "block", "queue_depth", "mtu", "mbps", "iops", "lat_mean_us", "lat_p50_us",
@@ -36,6 +36,10 @@ SERIES = {"latency": (1, 1500), "throughput": (8, 1500), "throughput-jumbo": (8,
 BOUND = 0.9           # a process at 90% of a CPU, or the machine at 90% of all, has none left
 COPY_CSUM = ("copy and checksum time: not measured (needs kprobes or fentry on the copy "
              "routines, which this kernel refuses); softirq and system time hold it")
+
+FIGURE = "repro-blocksize.png"
+FIGURE_TITLE = ("READ latency and throughput vs block size, CPU by kind "
+                "(seed 003 figs. 1-2)")
 
 
 def plan(quick: bool) -> list[Row]:
@@ -100,24 +104,23 @@ def measure(tb: repro_run.Testbed, p: Row, secs: float) -> Row:
 
 def run(out: Path, quick: bool, time_s: float | None = None) -> int:
     secs = time_s or (2.0 if quick else 3.0)
-    sweep = SweepCSV(out / "blocksize.csv", COLUMNS, KEY)
-    points = plan(quick)
-    progress = Progress("blocksize", len(points))
-    rows = repro_run.run_grouped(
-        sweep, points, group=lambda p: (p["mtu"],),
+    failed = repro_run.sweep_grouped(
+        out / "blocksize.csv", COLUMNS, KEY, "blocksize", plan(quick),
+        group=lambda p: (p["mtu"],),
         bed=lambda p: {"mtu": int(p["mtu"])} if int(p["mtu"]) != 1500 else {}, tag="bs",
-        measure=lambda tb, p: measure(tb, p, secs), progress=progress,
+        measure=lambda tb, p: measure(tb, p, secs),
         summary=lambda r: (f"{num(r, 'mbps'):.2f} MB/s, mean latency "
                            f"{num(r, 'lat_mean_us'):.0f} µs, CPU: target "
                            f"{100 * num(r, 'tgt_cpu'):.0f}%, initiator "
                            f"{100 * num(r, 'ini_cpu'):.0f}%, softirq "
                            f"{100 * num(r, 'softirq'):.0f}% of a CPU"))
-    return finish(out, failed=sum(r.get("status") != "ok" for r in rows))
+    return finish(out, failed=failed)
+
+
 
 
 def load(out: Path) -> pd.DataFrame:
-    df = pd.read_csv(out / "blocksize.csv")
-    df = df[df["status"] == "ok"].copy()
+    df = measured_rows(out / "blocksize.csv")
     df["cpu_bound"] = df["cpu_bound"].fillna("").astype(str)
     df["cpu_s_per_gb"] = cpu_per_gb(df)
     return df
@@ -151,12 +154,9 @@ def jumbo_saving(df: pd.DataFrame) -> tuple[int, float, float, float, float] | N
 
 def finish(out: Path, failed: int = 0) -> int:
     df = load(out)
-    if df.empty:
-        print("blocksize: no point measured")
+    if none_measured("blocksize", df):
         return 1
-    repro_plot.plot_blocksize(df, out / "repro-blocksize.png",
-                              "READ latency and throughput vs block size, CPU by kind "
-                              "(seed 003 figs. 1-2)")
+    repro_plot.plot_blocksize(df, out / FIGURE, FIGURE_TITLE)
     cols = ["block", "mbps", "lat_mean_us", "ini_cpu", "tgt_cpu", "softirq", "system",
             "machine_busy", "other", "cpu_s_per_gb"]
     for series, part in df.groupby("series", sort=False):

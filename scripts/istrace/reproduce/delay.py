@@ -13,7 +13,7 @@ import pandas as pd
 from istrace.model import study as model
 from istrace.reproduce import plot as repro_plot
 from istrace.reproduce import run as repro_run
-from istrace.reproduce.sweep import Progress, Row, SweepCSV, num
+from istrace.reproduce.sweep import Row, measured_rows, none_measured, num
 
 COLUMNS = ["series", "size", "txqueuelen", "delay_ms", "mbps", "iops", "commands", "seconds",
            "lat_p50_ms", "rtt_ms", "model_mbps", "status", "error"]
@@ -50,9 +50,6 @@ def measure(tb: repro_run.Testbed, p: Row, time_s: float, rtt_ms: float) -> Row:
 
 def run(out: Path, quick: bool, time_s: float | None = None) -> int:
     secs = time_s or (2.0 if quick else 3.0)
-    sweep = SweepCSV(out / "delay-sweep.csv", COLUMNS, KEY)
-    points = plan(quick)
-    progress = Progress("delay-sweep", len(points))
     rtts: dict[tuple[int, float], float] = {}
 
     def meas(tb: repro_run.Testbed, p: Row) -> Row:
@@ -61,13 +58,14 @@ def run(out: Path, quick: bool, time_s: float | None = None) -> int:
             rtts[k] = repro_run.ping_rtt_ms(tb)
         return measure(tb, p, secs, rtts[k])
 
-    rows = repro_run.run_grouped(
-        sweep, points, group=lambda p: (p["txqueuelen"], p["delay_ms"]),
+    failed = repro_run.sweep_grouped(
+        out / "delay-sweep.csv", COLUMNS, KEY, "delay-sweep", plan(quick),
+        group=lambda p: (p["txqueuelen"], p["delay_ms"]),
         bed=lambda p: {"delay_ms": float(p["delay_ms"]), "rate_mbit": RATE_MBIT,
                        "txqueuelen": int(p["txqueuelen"]), "queue": int(p["txqueuelen"])},
-        tag="rd", measure=meas, progress=progress,
+        tag="rd", measure=meas,
         summary=lambda r: f"{num(r, 'mbps'):.2f} MB/s")
-    return finish(out, failed=sum(r.get("status") != "ok" for r in rows))
+    return finish(out, failed=failed)
 
 
 def add_model(df: pd.DataFrame) -> pd.DataFrame:
@@ -95,8 +93,7 @@ def improvement(df: pd.DataFrame, delay: float = 16.0) -> float:
 
 
 def load(out: Path) -> pd.DataFrame:
-    df = pd.read_csv(out / "delay-sweep.csv")
-    df = df[df["status"] == "ok"].copy()
+    df = measured_rows(out / "delay-sweep.csv")
     df["delay_ms"] = df["delay_ms"].astype(float)
     df["txqueuelen"] = df["txqueuelen"].astype(int)
     return df
@@ -104,8 +101,7 @@ def load(out: Path) -> pd.DataFrame:
 
 def finish(out: Path, failed: int = 0) -> int:
     df = load(out)
-    if df.empty:
-        print("delay-sweep: no point measured")
+    if none_measured("delay-sweep", df):
         return 1
     df = add_model(df)
     df.to_csv(out / "delay-sweep-table.csv", index=False)

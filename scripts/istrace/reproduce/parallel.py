@@ -17,7 +17,7 @@ import pandas as pd
 from istrace.model import study as model
 from istrace.reproduce import plot as repro_plot
 from istrace.reproduce import run as repro_run
-from istrace.reproduce.sweep import Progress, Row, SweepCSV, num
+from istrace.reproduce.sweep import Row, measured_rows, none_measured, num
 
 COLUMNS = ["limit", "readers", "queue_depth", "delay_ms", "tps", "mbps", "outstanding",
            "outstanding_src", "max_outstanding", "lat_p50_ms", "rtt_ms", "ceiling_tps",
@@ -40,9 +40,6 @@ def plan(quick: bool) -> list[Row]:
 
 def run(out: Path, quick: bool, time_s: float | None = None) -> int:
     secs = time_s or (2.0 if quick else 4.0)
-    sweep = SweepCSV(out / "parallel.csv", COLUMNS, KEY)
-    points = plan(quick)
-    progress = Progress("parallel", len(points))
     rtt: list[float] = []
 
     def meas(tb: repro_run.Testbed, p: Row) -> Row:
@@ -57,17 +54,16 @@ def run(out: Path, quick: bool, time_s: float | None = None) -> int:
                 "ceiling_tps": round(model.outstanding_ceiling(int(p["queue_depth"]),
                                                                rtt[0] / 1e3), 1)}
 
-    rows = repro_run.run_grouped(
-        sweep, points, group=lambda p: (p["delay_ms"],),
+    failed = repro_run.sweep_grouped(
+        out / "parallel.csv", COLUMNS, KEY, "parallel", plan(quick),
+        group=lambda p: (p["delay_ms"],),
         bed=lambda p: {"delay_ms": float(p["delay_ms"])}, tag="rp", measure=meas,
-        progress=progress,
         summary=lambda r: f"{num(r, 'tps'):.1f} trans/s, {num(r, 'outstanding'):.1f} outstanding")
-    return finish(out, failed=sum(r.get("status") != "ok" for r in rows))
+    return finish(out, failed=failed)
 
 
 def load(out: Path) -> pd.DataFrame:
-    df = pd.read_csv(out / "parallel.csv")
-    return df[df["status"] == "ok"].copy()
+    return measured_rows(out / "parallel.csv")
 
 
 def speedup(df: pd.DataFrame) -> float:
@@ -78,8 +74,7 @@ def speedup(df: pd.DataFrame) -> float:
 
 def finish(out: Path, failed: int = 0) -> int:
     df = load(out)
-    if df.empty:
-        print("parallel: no point measured")
+    if none_measured("parallel", df):
         return 1
     rtt_s = float(df["rtt_ms"].median()) / 1e3
     factor = speedup(df)

@@ -24,7 +24,7 @@ import pandas as pd
 from istrace.model import study as model
 from istrace.reproduce import plot as repro_plot
 from istrace.reproduce import run as repro_run
-from istrace.reproduce.sweep import Progress, Row, SweepCSV, num
+from istrace.reproduce.sweep import Row, measured_rows, none_measured, num
 
 COLUMNS = ["series", "value", "delay_ms", "write", "size", "mrdsl", "max_burst", "first_burst",
            "immediate", "initial_r2t", "mbps", "iops", "commands", "pdus_per_cmd",
@@ -41,6 +41,9 @@ MODES = {  # unsolicited series: (InitialR2T, ImmediateData)
     "immediate": ("Yes", "Yes"),
     "unsolicited": ("No", "Yes"),
 }
+
+FIGURE = "repro-params.png"
+FIGURE_TITLE = "iSCSI keys vs delay, measured (solid) and eq. 3 (dashed); seed 002"
 
 
 def _point(series: str, value: str, delay: float, *, write: bool, size: int, mrdsl: int,
@@ -145,24 +148,23 @@ def measure(tb: repro_run.Testbed, p: Row, secs: float, rtt_ms: float) -> Row:
 
 def run(out: Path, quick: bool, time_s: float | None = None) -> int:
     secs = time_s or (2.0 if quick else 3.0)
-    sweep = SweepCSV(out / "params.csv", COLUMNS, KEY)
-    points = plan(quick)
-    progress = Progress("params", len(points))
     meas = repro_run.with_path_rtt(lambda tb, p, rtt: measure(tb, p, secs, rtt))
 
-    rows = repro_run.run_grouped(
-        sweep, points, group=lambda p: (p["delay_ms"],),
+    failed = repro_run.sweep_grouped(
+        out / "params.csv", COLUMNS, KEY, "params", plan(quick),
+        group=lambda p: (p["delay_ms"],),
         bed=lambda p: {"delay_ms": float(p["delay_ms"]), "rate_mbit": RATE_MBIT}, tag="pk",
-        measure=meas, progress=progress,
+        measure=meas,
         summary=lambda r: (f"{num(r, 'mbps'):.2f} MB/s (model {num(r, 'model_mbps'):.2f}), "
                            f"{num(r, 'pdus_per_cmd'):.0f} data PDUs and "
                            f"{num(r, 'r2t_per_cmd'):.0f} R2T per command"))
-    return finish(out, failed=sum(r.get("status") != "ok" for r in rows))
+    return finish(out, failed=failed)
+
+
 
 
 def load(out: Path) -> pd.DataFrame:
-    df = pd.read_csv(out / "params.csv", dtype={"value": str})
-    return df[df["status"] == "ok"].copy()
+    return measured_rows(out / "params.csv", dtype={"value": str})
 
 
 def per_pdu_cost_us(df: pd.DataFrame) -> pd.Series:
@@ -200,12 +202,9 @@ def findings(df: pd.DataFrame) -> list[str]:
 
 def finish(out: Path, failed: int = 0) -> int:
     df = load(out)
-    if df.empty:
-        print("params: no point measured")
+    if none_measured("params", df):
         return 1
-    repro_plot.plot_params(df, out / "repro-params.png",
-                           "iSCSI keys vs delay, measured (solid) and eq. 3 (dashed); "
-                           "seed 002")
+    repro_plot.plot_params(df, out / FIGURE, FIGURE_TITLE)
     for series, part in df.groupby("series", sort=False):
         print(f"params: {series}: MB/s measured (model)")
         table = part.pivot_table(index="delay_ms", columns="value", values="mbps", sort=False)

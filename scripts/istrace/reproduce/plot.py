@@ -177,11 +177,14 @@ def plot_sessions(df: pd.DataFrame, search: pd.DataFrame, path: Path, title: str
 def plot_window(df: pd.DataFrame, path: Path, title: str) -> Path:
     """Throughput vs delay per buffer / MSS setting; dashed: the measured window / RTT."""
     df = _ok(df)
-    groups = [g for g in ("buffer", "mss") if g in set(df["vary"])]
-    fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(6.5 * max(len(groups), 1), 5),
-                             squeeze=False)
+    groups = [g for g in ("buffer", "mss", "write-buffer", "write-mss") if g in set(df["vary"])]
+    ncol = min(len(groups), 2) or 1
+    nrow = -(-len(groups) // ncol) or 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.5 * ncol, 5 * nrow), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, g in zip(axes[0], groups, strict=False):
+    for ax, g in zip(axes.flat, groups, strict=False):
         part = df[df["vary"] == g]
         settings = sorted({(int(b), int(m)) for b, m in zip(part["buffer"], part["mss"],
                                                                strict=True)})
@@ -191,8 +194,8 @@ def plot_window(df: pd.DataFrame, path: Path, title: str) -> Path:
             color = colors[i % len(colors)]
             d = sel["delay_ms"].astype(float)
             win = float(sel["window"].astype(float).median())
-            label = (f"buffer {buf // 1024} KiB (window ~{win / 1024:.0f} KiB)" if g == "buffer"
-                     else f"MSS {mss} B (window ~{win / 1024:.1f} KiB)")
+            label = (f"buffer {buf // 1024} KiB (window ~{win / 1024:.0f} KiB)"
+                     if g.endswith("buffer") else f"MSS {mss} B (window ~{win / 1024:.1f} KiB)")
             ax.plot(d, sel["mbps"].astype(float), "-o", color=color, label=label)
             ax.plot(d, sel["bound_mbps"].astype(float), "--", lw=0.9, color=color)
         ax.plot([], [], "--", color="gray", lw=0.9, label="window / RTT bound")
@@ -200,8 +203,9 @@ def plot_window(df: pd.DataFrame, path: Path, title: str) -> Path:
         ax.set_yscale("log")
         ax.set_xlabel("one-way delay (ms)")
         ax.set_ylabel("throughput (MB/s)")
-        ax.set_title("TCP receive buffer (MSS 1460)" if g == "buffer"
-                     else f"MSS (receive buffer {int(part['buffer'].iloc[0]) // 1024} KiB)",
+        op = "WRITE: the target's" if g.startswith("write-") else "READ: the initiator's"
+        ax.set_title(f"{op} TCP receive buffer (MSS 1460)" if g.endswith("buffer")
+                     else f"{op} MSS (receive buffer {int(part['buffer'].iloc[0]) // 1024} KiB)",
                      fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
@@ -318,5 +322,56 @@ def plot_blocksize(df: pd.DataFrame, path: Path, title: str) -> Path:
             ax.set_ylim(bottom=0)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_kernel(df: pd.DataFrame, path: Path, title: str) -> Path:
+    """The stock kernel stack's caps: requests per 2 MiB read against max_sectors_kb, and
+    transactions/s and the most SCSI commands outstanding against readers per queue_depth."""
+    df = _ok(df)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    split = df[df["kind"] == "split"].sort_values("max_sectors_kb")
+    ax = axes[0]
+    if not split.empty:
+        kb = split["max_sectors_kb"].astype(int)
+        ax.bar(range(len(kb)), split["requests_per_read"].astype(float), color="C0")
+        ax.set_xticks(range(len(kb)), [f"{k}" for k in kb])
+        for i, (n, b) in enumerate(zip(split["requests_per_read"].astype(float),
+                                       split["request_bytes"].astype(float), strict=True)):
+            ax.annotate(f"{n:g} x {b / 1024:g} KiB", (i, n), fontsize=7, ha="center",
+                        textcoords="offset points", xytext=(0, 3))
+    ax.set_xlabel("max_sectors_kb")
+    ax.set_ylabel("block requests (= SCSI commands) per 2 MiB read()")
+    ax.set_title("the block layer's split", fontsize=9)
+    rd = df[df["kind"] == "readers"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    series = rd.groupby([rd["cmds_max"].astype(int), rd["queue_depth"].astype(int)])
+    for i, ((cm, qd), part) in enumerate(sorted(series, key=lambda kv: (-kv[0][0], kv[0][1]))):
+        part = part.sort_values("readers")
+        n = part["readers"].astype(int)
+        cq = pd.to_numeric(part["can_queue"], errors="coerce").max()
+        # the kernel clamps the device's queue_depth to the host's can_queue
+        cap = min(qd, int(cq)) if cq == cq else qd
+        label = f"queue_depth {qd}" if cap == qd else f"cmds_max {cm}: can_queue {cap}"
+        c = colors[(i + 1) % len(colors)]
+        axes[1].plot(n, part["tps"].astype(float), "-o", color=c, label=label)
+        axes[2].plot(n, part["max_outstanding"].astype(float), "-o", color=c, label=label)
+        axes[2].axhline(cap, color=c, lw=0.8, ls="--")
+    axes[1].set_ylabel("transactions/s (emulated CPU: the shape, not the rate)")
+    axes[1].set_title("512-byte readers", fontsize=9)
+    axes[2].set_ylabel("most SCSI commands outstanding (dashed: the cap set)")
+    axes[2].set_title("the ceiling the report names", fontsize=9)
+    axes[1].set_ylim(bottom=0)
+    axes[2].set_yscale("log", base=2)     # depths 2..32 and counts 1..16 all legible
+    for ax in axes[1:]:
+        ax.set_xscale("log", base=2)
+        for axis in (ax.xaxis, ax.yaxis) if ax is axes[2] else (ax.xaxis,):
+            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("parallel readers")
+        if not rd.empty:
+            ax.legend(fontsize=7)
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)

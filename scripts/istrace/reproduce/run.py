@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from istrace.model.study import MB
@@ -243,8 +244,9 @@ def with_path_rtt(measure: Callable[[Testbed, Row, float], Row]) -> Callable[[Te
     return meas
 
 
-def fixed_receive_buffer(tb: Testbed, size: int = 8 << 20) -> None:
-    """A large fixed receive buffer in the initiator namespace, autotuning off.
+def fixed_receive_buffer(tb: Testbed, size: int = 8 << 20, side: str = "initiator") -> None:
+    """A large fixed receive buffer in the initiator's (or the target's) namespace, autotuning
+    off.
 
     Receive-buffer autotuning raises a connection's window clamp along with its buffer ("make
     the window clamp follow along" in tcp_rcv_space_adjust), which would undo the route's
@@ -252,31 +254,48 @@ def fixed_receive_buffer(tb: Testbed, size: int = 8 << 20) -> None:
     """
     for key, value in (("net.ipv4.tcp_moderate_rcvbuf", "0"),
                        ("net.ipv4.tcp_rmem", f"4096 {size} {size}")):
-        r = tb.run_ini(["sysctl", "-q", "-w", f"{key}={value}"], capture_output=True)
+        run, ns = (tb.run_ini, tb.ini_ns) if side == "initiator" else (tb.run_tgt, tb.tgt_ns)
+        r = run(["sysctl", "-q", "-w", f"{key}={value}"], capture_output=True)
         if r.returncode != 0:
-            raise ReproError(f"sysctl {key} in {tb.ini_ns}: {r.stderr.strip()}")
+            raise ReproError(f"sysctl {key} in {ns}: {r.stderr.strip()}")
 
 
-def set_route_metrics(tb: Testbed, window: int = 0, advmss: int = 0) -> None:
-    """Clamp the initiator's receive window / advertised MSS towards the target.
+def set_route_metrics(tb: Testbed, window: int = 0, advmss: int = 0,
+                      side: str = "initiator") -> None:
+    """Clamp the initiator's (or the target's) receive window / advertised MSS towards the
+    other end.
 
     Route metrics `window` and `advmss` are read when a connection opens, so they bound every
-    new connection from the initiator exactly (unlike socket buffers, whose window share the
-    kernel scales by its own ratio). 0 removes the metric.
+    new connection exactly (unlike socket buffers, whose window share the kernel scales by its
+    own ratio). 0 removes the metric.
     """
-    got = tb.run_ini(["ip", "-o", "route", "get", tb.tgt_ip], capture_output=True).stdout
+    run, ns = (tb.run_ini, tb.ini_ns) if side == "initiator" else (tb.run_tgt, tb.tgt_ns)
+    me, peer = (tb.ini_ip, tb.tgt_ip) if side == "initiator" else (tb.tgt_ip, tb.ini_ip)
+    got = run(["ip", "-o", "route", "get", peer], capture_output=True).stdout
     m = re.search(r"\bdev (\S+)", got)
     if not m:
-        raise ReproError(f"no route to {tb.tgt_ip} in {tb.ini_ns}: {got.strip()}")
+        raise ReproError(f"no route to {peer} in {ns}: {got.strip()}")
     via = re.search(r"\bvia (\S+)", got)
-    argv = ["ip", "route", "replace", f"{tb.tgt_ip}/32"]
+    argv = ["ip", "route", "replace", f"{peer}/32"]
     argv += ["via", via.group(1)] if via else []
-    argv += ["dev", m.group(1), "src", tb.ini_ip]
+    argv += ["dev", m.group(1), "src", me]
     argv += ["window", str(window)] if window else []
     argv += ["advmss", str(advmss)] if advmss else []
-    r = tb.run_ini(argv, capture_output=True)
+    r = run(argv, capture_output=True)
     if r.returncode != 0:
         raise ReproError(f"`{' '.join(argv)}` failed: {r.stderr.strip()}")
+
+
+def sweep_grouped(csv: Path, columns: list[str], key: list[str], name: str, points: list[Row],
+                  group: Callable[[Row], tuple[Any, ...]], bed: Callable[[Row], dict[str, Any]],
+                  tag: str, measure: Callable[[Testbed, Row], Row],
+                  summary: Callable[[Row], str]) -> int:
+    """An experiment's sweep: `points` measured on namespace testbeds (run_grouped), one row
+    each in `csv` (resumable), progress under `name`. Returns how many points failed."""
+    sweep = SweepCSV(csv, columns, key)
+    rows = run_grouped(sweep, points, group, bed, tag, measure, Progress(name, len(points)),
+                       summary)
+    return sum(r.get("status") != "ok" for r in rows)
 
 
 def run_grouped(sweep: SweepCSV, points: list[Row], group: Callable[[Row], tuple[Any, ...]],

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 Row = dict[str, Any]
 
 
@@ -130,6 +132,20 @@ def run_points(sweep: SweepCSV, points: list[Row], measure: Callable[[Row], Row]
         progress.line(f"{describe(point, sweep.key)} -> {text}")
         out.append(row)
     return out
+
+
+def measured_rows(path: Path, **read_csv: Any) -> pd.DataFrame:
+    """The rows of a sweep CSV that were measured (status ok): every experiment's loader
+    starts from these."""
+    df = pd.read_csv(path, **read_csv)
+    return df[df["status"] == "ok"].copy()
+
+
+def none_measured(name: str, df: pd.DataFrame) -> bool:
+    """True (and says so) when an experiment has no measured point to draw."""
+    if df.empty:
+        print(f"{name}: no point measured")
+    return df.empty
 
 
 def num(row: Mapping[str, Any], col: str, default: float = math.nan) -> float:

@@ -213,6 +213,7 @@ class Session:
         if tgtd:
             args["target"] += ["--tgtd", str(tgtd)]
         for role, extra in args.items():
+            extra += self._probe_args()
             out = self.out / f"events-{role}.jsonl"
             probe = Probe(out, extra, stderr_path=self.out / f"probe-{role}.log")
             try:
@@ -228,10 +229,14 @@ class Session:
                             "args": extra}
         _log(f"probes: {', '.join(self.probes) or 'none'}")
 
+    def _probe_args(self) -> list[str]:
+        return shlex.split(getattr(self.a, "probe_args", "") or "")
+
     def _start_remote_probes(self, status: dict[str, Any], gen_used: bool) -> None:
         for h in self.hosts:
             extra = ["--host", h.role] + (["--usdt", "istrace-gen"]
                                           if gen_used and h.role == "initiator" else [])
+            extra += self._probe_args()
             argv = ["istrace", "probe", "--out", h.path(f"events-{h.role}.jsonl"), *extra]
             err = open(self.out / f"probe-{h.role}.log", "wb")  # noqa: SIM115
             h.popen(h.background(f"probe-{h.role}", shlex.join(argv)),

@@ -66,6 +66,9 @@ class TestbedConfig:
     seed: int = 1                        # loss RNG seed of the forwarder
     ini_rmem: int = 0                    # initiator's tcp_rmem max, bytes (0 = 64 MiB)
     tgt_wmem: int = 0                    # target's tcp_wmem max, bytes (0 = 64 MiB)
+    tgt_rmem: int = 0                    # target's tcp_rmem max, bytes (0 = 64 MiB): WRITEs'
+                                         # window (tgtd's accepted sockets take the buffer
+                                         # its listener got when it started)
     tgt_cpu: float = 0.0                 # tgtd's CPU cap, % of one CPU (0 = none)
     ini_cpu: float = 0.0                 # the workload's CPU cap, % of one CPU (0 = none)
     tgt_cwnd: int = 0                    # target's congestion window clamp, segments (0 = none)
@@ -104,7 +107,7 @@ class TestbedConfig:
             raise ValueError("lun size must be >= 1 MiB")
         if (self.chap_user is None) != (self.chap_secret is None):
             raise ValueError("CHAP needs both a user and a secret")
-        for b in (self.ini_rmem, self.tgt_wmem):
+        for b in (self.ini_rmem, self.tgt_wmem, self.tgt_rmem):
             if b and b < 4096:
                 raise ValueError(f"socket buffer {b} bytes: at least 4096")
         if not 0 <= self.tgt_cwnd <= 100000:
@@ -264,7 +267,7 @@ class Testbed(UpDown):
             testbed_path.routed_links(self, MID_IP)
         big = 67108864  # room for a 1 Gbit/s x 400 ms window: the path limits a transfer
         for dev, ns in ((self.ini_dev, self.ini_ns), (self.tgt_dev, self.tgt_ns)):
-            rmem = cfg.ini_rmem if ns == self.ini_ns and cfg.ini_rmem else big
+            rmem = (cfg.ini_rmem if ns == self.ini_ns else cfg.tgt_rmem) or big
             wmem = cfg.tgt_wmem if ns == self.tgt_ns and cfg.tgt_wmem else big
             # A small cap is the point (a window-limited scenario): the default and the
             # initial value shrink with it.
@@ -449,7 +452,8 @@ class Testbed(UpDown):
                 "txqueuelen": self.cfg.txqueuelen, "nic_rate_mbit": self.cfg.nic_rate_mbit,
                 "mtu": self.cfg.mtu or 1500, "offloads": self.cfg.offloads,
                 "ini_rmem": self.cfg.ini_rmem,
-                "tgt_wmem": self.cfg.tgt_wmem, "tgt_cpu": self.cfg.tgt_cpu,
+                "tgt_wmem": self.cfg.tgt_wmem, "tgt_rmem": self.cfg.tgt_rmem,
+                "tgt_cpu": self.cfg.tgt_cpu,
                 "ini_cpu": self.cfg.ini_cpu, "tgt_params": dict(self.cfg.tgt_params),
                 "tgt_cwnd": self.cfg.tgt_cwnd,
                 "cc": self.cfg.cc or _host_cc(),
@@ -467,7 +471,8 @@ def config_from_args(a: Any) -> TestbedConfig:
                          chap_mutual_user=a.chap_mutual_user,
                          chap_mutual_secret=a.chap_mutual_secret, emulator=a.emulator,
                          offloads=a.offloads, ini_rmem=getattr(a, "ini_rmem", 0),
-                         tgt_wmem=getattr(a, "tgt_wmem", 0), tgt_cpu=getattr(a, "tgt_cpu", 0.0),
+                         tgt_wmem=getattr(a, "tgt_wmem", 0), tgt_rmem=getattr(a, "tgt_rmem", 0),
+                         tgt_cpu=getattr(a, "tgt_cpu", 0.0),
                          ini_cpu=getattr(a, "ini_cpu", 0.0),
                          tgt_cwnd=getattr(a, "tgt_cwnd", 0),
                          tgt_params=dict(getattr(a, "tgt_param", None) or []),

@@ -34,25 +34,31 @@ from typing import Any
 from istrace.capture import meta as capture_meta
 from istrace.system import paths
 from istrace.system.paths import REPO_ROOT
-from istrace.testbed import pattern, vm_events
+from istrace.testbed import pattern
 from istrace.testbed import state as testbed_state
 from istrace.testbed.lifecycle import UpDown
 
 VM_ROOT = Path(os.environ.get("ISTRACE_VM_ROOT", "/tmp/istrace-vm"))
 VMDIR = REPO_ROOT / "scripts" / "vm"
-PROBE_MODES = ("istrace", "bpftrace", "off")
+PROBE_MODES = ("istrace", "off")
 INI_IP = "10.78.0.1"
 TGT_IP = "10.78.0.2"
 IQN = "iqn.2026-11.org.istrace:vm-target"
 INI_IQN = "iqn.2026-11.org.istrace:vm-initiator"
 _NAME_RE = re.compile(r"^[a-z0-9]{1,6}$")
 # What the VM needs on the host; `scripts/deps.sh --vm` installs all of it.
-_HOST_TOOLS = ("vng", "qemu-system-x86_64", "busybox", "iscsiadm", "iscsid", "fio", "bpftrace",
+_HOST_TOOLS = ("vng", "qemu-system-x86_64", "busybox", "iscsiadm", "iscsid", "fio",
                "tcpdump")
 
 
 class VmError(RuntimeError):
     pass
+
+
+class VmHung(VmError):
+    """A guest request outlived its deadline: the guest may be wedged (seen once in ~70
+    captures under TCG: a direct read that never completed and an agent that no longer
+    answered). Only a fresh boot gets it back."""
 
 
 @dataclass
@@ -83,8 +89,10 @@ class VmConfig:
             raise ValueError("lun size must be 1..1024 MiB (it lives in the VM's RAM)")
         if not 1 <= self.queue_depth <= 1024:
             raise ValueError("queue_depth must be 1..1024")
-        if self.cmds_max < 2 or self.cmds_max > 2048 or self.cmds_max & (self.cmds_max - 1):
-            raise ValueError("cmds_max must be a power of two in 2..2048")
+        # open-iscsi refuses to log in below 16 (libiscsi keeps 15 tasks for management:
+        # can_queue = cmds_max - 15, so 16 gives a can_queue of 1)
+        if self.cmds_max < 16 or self.cmds_max > 2048 or self.cmds_max & (self.cmds_max - 1):
+            raise ValueError("cmds_max must be a power of two in 16..2048")
         if self.max_sectors_kb and not 4 <= self.max_sectors_kb <= 32767:
             raise ValueError("max_sectors_kb must be 0 (default) or 4..32767")
         for key in ("mrdsl", "tgt_mrdsl", "max_burst", "first_burst"):
@@ -187,7 +195,9 @@ class VmTestbed(UpDown):
         print(f"vmtestbed: LUN of {self.cfg.lun_mb} MiB with the schema pattern", file=sys.stderr)
         pattern.fill(self.dir / "lun1.img", self.cfg.lun_mb << 20)
         (self.dir / "config.env").write_text(self.cfg.env(self.dir))
-        cmd = ["nice", "-n", "5", "vng", "--run", kernel, "--cpus", str(self.cfg.cpus),
+        # --verbose: the guest kernel's log goes to console.log, the evidence when a guest
+        # request hangs
+        cmd = ["nice", "-n", "5", "vng", "--verbose", "--run", kernel, "--cpus", str(self.cfg.cpus),
                "--memory", f"{self.cfg.memory_mb}M", f"--rwdir={self.dir}",
                "--name", f"ist{self.cfg.name}",
                "--exec", f"bash {VMDIR}/guest_agent.sh {self.dir}"]
@@ -271,7 +281,7 @@ class VmTestbed(UpDown):
             if not self.alive():
                 raise VmError("VM died while running a request; see console.log")
             if time.monotonic() > deadline:
-                raise VmError(f"guest request timed out after {timeout_s:.0f} s: {script[:80]}")
+                raise VmHung(f"guest request timed out after {timeout_s:.0f} s: {script[:80]}")
             time.sleep(0.3)
         out = (self.dir / "cmd" / f"{job}.out").read_text(errors="replace")
         return int(rc_file.read_text().strip() or 1), out
@@ -293,13 +303,41 @@ class VmTestbed(UpDown):
                                     "config": asdict(self.cfg), "info": self.info})
         return self.info
 
+    def restart(self) -> Path:
+        """Boot a fresh VM with the same settings (the tunables in force included), after
+        keeping the old one's kernel log; returns where that log was kept."""
+        kept = self.dir.parent / f"{self.cfg.name}-console-{int(time.time())}.log"
+        if (self.dir / "console.log").exists():
+            shutil.copyfile(self.dir / "console.log", kept)
+        print(f"vmtestbed: restarting {self.cfg.name!r}; the old guest's kernel log is in "
+              f"{kept}", file=sys.stderr)
+        self.down()
+        self.up()
+        return kept
+
     def capture(self, out_dir: str | Path, workload: str, probes: str = "istrace",
-                timeout_s: float = 900.0) -> Path:
+                timeout_s: float = 900.0, hang_retries: int = 0) -> Path:
+        """`capture_once`; a guest that hangs is rebooted and the capture run again, up to
+        `hang_retries` times, saying so (a hang is never passed over silently)."""
+        for attempt in range(hang_retries + 1):
+            try:
+                return self.capture_once(out_dir, workload, probes, timeout_s)
+            except VmHung as exc:
+                if attempt == hang_retries:
+                    raise
+                print(f"vmtestbed: WARNING: the guest hung ({exc}); capturing again on a "
+                      "fresh boot", file=sys.stderr)
+                self.restart()
+                if Path(out_dir).exists():
+                    shutil.rmtree(out_dir)
+        raise AssertionError("unreachable")
+
+    def capture_once(self, out_dir: str | Path, workload: str, probes: str = "istrace",
+                     timeout_s: float = 900.0) -> Path:
         """Run `workload` (bash; $DEV is the disk) under tcpdump and the probes of both ends:
-        `istrace` (istrace-probe, the host's loader, on this kernel), `bpftrace` (the older
-        template, converted by vm_events) or `off`. The result is a standard capture
-        directory (pcaps, events-<end>.jsonl, meta.json) in `out_dir`, which `istrace
-        merge|track|plot|report` read unchanged."""
+        `istrace` (istrace-probe, the host's loader, on this kernel) or `off`. The result
+        is a standard capture directory (pcaps, events-<end>.jsonl, meta.json) in `out_dir`,
+        which `istrace merge|track|plot|report` read unchanged."""
         if probes not in PROBE_MODES:
             raise VmError(f"probes {probes!r}: one of {', '.join(PROBE_MODES)}")
         probe = ""
@@ -322,8 +360,6 @@ class VmTestbed(UpDown):
         for item in guest_out.iterdir():
             shutil.move(str(item), dest / item.name)
         guest_out.rmdir()
-        if probes == "bpftrace":
-            vm_events.convert_dir(dest, INI_IP, TGT_IP)
         capture_meta.write_meta(dest, self.capture_meta(dest, workload, rc, t0, probes))
         if rc != 0:
             raise VmError(f"workload failed (rc {rc}); see {dest}/workload.out")
@@ -344,8 +380,9 @@ class VmTestbed(UpDown):
                    "delay_i2t_ms": cfg.delay_ms, "delay_t2i_ms": cfg.delay_ms,
                    "rate_mbit": 0.0, "lun_mb": cfg.lun_mb, "initiator": "open-iscsi (iscsi_tcp)",
                    "target": "LIO (iscsi_target_mod, fileio)",
-                   # what the session really uses, read back from sysfs by `up`/`set`
-                   "tunables": up}
+                   # what the session really uses, read back from sysfs by `up`/`set`,
+                   # and the node setting behind can_queue
+                   "tunables": {"cmds_max": cfg.cmds_max, **up}}
         caps: dict[str, Any] = {}
         total = 0
         for role in ("initiator", "target"):
@@ -372,8 +409,7 @@ class VmTestbed(UpDown):
                                           3) if wl else None},
             "started_ns": t0_ns, "ended_ns": time.time_ns(),
             "probes": {role: _probe_status(d, role) for role in ("initiator", "target")}
-            if probes == "istrace" else {"status": "bpftrace (probes.bt.in, vm_events)"}
-            if probes == "bpftrace" else {"status": "off (--probes off)"},
+            if probes == "istrace" else {"status": "off (--probes off)"},
             "hoststats": {"status": "not sampled: the VM testbed has no host sampler yet"},
         }
         if total:
@@ -554,7 +590,7 @@ def main_capture(argv: list[str]) -> int:
     p.add_argument("--bs", default="2M")
     p.add_argument("--runtime", type=float, default=5.0, help="seconds, for --readers")
     p.add_argument("--probes", choices=PROBE_MODES, default="istrace",
-                   help="istrace-probe (default), the older bpftrace template, or packets only")
+                   help="istrace-probe (default), or packets only")
     a = p.parse_args(argv)
     if a.readers is not None:
         workload = readers_workload(a.readers, a.runtime)

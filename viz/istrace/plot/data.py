@@ -290,29 +290,74 @@ def outstanding(commands: pd.DataFrame | None) -> pd.DataFrame:
     iss = c["issue_ts_ns"].to_numpy(np.int64)
     done = (c["resp_ts_ns"].dropna().to_numpy(np.int64) if "resp_ts_ns" in c.columns
             else np.zeros(0, np.int64))
-    t = np.concatenate([iss, done])
-    step = np.concatenate([np.ones(len(iss), np.int64), -np.ones(len(done), np.int64)])
-    # A response at the same instant as the next issue closes first: no false peak.
+    return in_flight(iss, np.concatenate([done, _ended_by_tag_reuse(c)]))
+
+
+def in_flight(starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
+    """How many things are in flight as a step function (t_ns, outstanding), from their start
+    and end times: commands on the wire, in the SCSI midlayer, the application's reads. An end
+    at the same instant as a start comes first (no false peak); ends of things begun before
+    the capture would go below zero, so the count is lifted to start at zero."""
+    t = np.concatenate([np.asarray(starts, np.int64), np.asarray(ends, np.int64)])
+    step = np.concatenate([np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64)])
     o = np.lexsort((step, t))
-    return pd.DataFrame({"t_ns": t[o], "outstanding": np.cumsum(step[o])})
+    n = np.cumsum(step[o])
+    return pd.DataFrame({"t_ns": t[o], "outstanding": n - min(int(n.min()), 0) if len(n)
+                         else n})
+
+
+def scsi_outstanding(events: pd.DataFrame | None) -> pd.DataFrame:
+    """SCSI commands outstanding in a kernel initiator's SCSI midlayer (dispatched to the
+    driver, not yet done) as a step function: t_ns, outstanding. This is where queue_depth and
+    can_queue act; commands dispatched but still inside the initiator (not yet on the wire)
+    count here and not in `outstanding`. Data commands (with an LBA) only, like the wire
+    series' READ/WRITE. Empty without the midlayer's events."""
+    cols = ["t_ns", "outstanding"]
+    if events is None or events.empty or "layer" not in events.columns:
+        return pd.DataFrame(columns=cols)
+    ev = _initiator(events)
+    ev = ev[(ev["layer"] == "scsi") & ev["event"].isin(["scsi_dispatch", "scsi_done"])]
+    if "lba" in ev.columns:   # data commands only: not the disk's TEST UNIT READY polls
+        ev = ev[ev["lba"].notna()]
+    if ev.empty or not (ev["event"] == "scsi_dispatch").any():
+        return pd.DataFrame(columns=cols)
+    t = ev["ts_ns"].to_numpy(np.int64)
+    dispatch = (ev["event"] == "scsi_dispatch").to_numpy(bool)
+    return in_flight(t[dispatch], t[~dispatch])
+
+
+def _ended_by_tag_reuse(c: pd.DataFrame) -> np.ndarray:
+    """Ends of commands whose response the capture lacks (lost at capture start, say) but
+    whose task tag the initiator issued again on the connection: a tag is unique among a
+    session's outstanding tasks (RFC 7143 §11.1.2), so the command had ended by then (the
+    decoder's rule for its `outstanding` column too). Unanswered, unreused ones stay open."""
+    if "resp_ts_ns" not in c.columns or "itt" not in c.columns or not c["resp_ts_ns"].isna().any():
+        return np.zeros(0, np.int64)
+    key = [k for k in ("conn", "itt") if k in c.columns]
+    x = c[key + ["issue_ts_ns", "resp_ts_ns"]].sort_values("issue_ts_ns", kind="stable")
+    nxt = x.groupby(key, sort=False, dropna=False)["issue_ts_ns"].shift(-1)
+    ended = nxt[x["resp_ts_ns"].isna() & nxt.notna()]
+    return ended.to_numpy(np.int64)
 
 
 def outstanding_ceiling(series: pd.DataFrame) -> dict[str, float]:
     """Highest count outstanding and how it behaves: `flat` when the peak is held for long."""
     if series.empty:
-        return {"max": 0, "time_at_max": 0.0, "reached": 0, "flat": False}
+        return {"max": 0, "time_at_max": 0.0, "reached": 0, "flat": False, "mean": float("nan")}
     t = series["t_ns"].to_numpy(np.int64)
     v = series["outstanding"].to_numpy()
     mx = int(v.max())
     dur = np.diff(t, append=t[-1])
     total = t[-1] - t[0]
     at_max = float(dur[v == mx].sum() / total) if total > 0 else 0.0
+    mean = float((v * dur).sum() / total) if total > 0 else float("nan")
     reached = int(((v == mx) & np.concatenate([[True], v[:-1] != mx])).sum())
     issued = int((np.diff(v, prepend=0) > 0).sum())
     # A concurrency limit shows as a ceiling hit again and again (never passed): held for a
     # large share of the run, or reached by at least a tenth of all issues - not one spike.
     flat = mx > 0 and reached >= 3 and (at_max >= 0.3 or reached >= 0.1 * issued)
-    return {"max": mx, "time_at_max": at_max, "reached": reached, "flat": bool(flat)}
+    return {"max": mx, "time_at_max": at_max, "reached": reached, "flat": bool(flat),
+            "mean": mean}
 
 
 def resp_times(commands: pd.DataFrame | None) -> pd.Series:
@@ -345,6 +390,37 @@ def _reads_that_did_io(sc: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
     return sc[keep] if keep.any() else sc
 
 
+def _initiator(events: pd.DataFrame) -> pd.DataFrame:
+    return events[events["host"] == "initiator"] if "host" in events.columns else events
+
+
+def app_reads(events: pd.DataFrame) -> pd.DataFrame:
+    """The application's finished reads (read/pread/readv...) on the initiator, not its
+    socket chatter; with a block layer, only those that queued block I/O."""
+    ev = _initiator(events)
+    if "lat_ns" not in ev.columns or "bytes" not in ev.columns:
+        return ev.iloc[0:0]
+    sc = ev[(ev["layer"] == "syscall") & ev["lat_ns"].notna() &
+            ev["event"].astype(str).str.match(r"^(p?readv?|pread64|preadv2?)(_exit)?$")]
+    return _reads_that_did_io(sc, ev)
+
+
+def app_reads_in_flight(events: pd.DataFrame | None) -> int | None:
+    """The most application reads of the disk in flight at once, where the initiator has a
+    block layer (a kernel initiator: its reads are the application's own). None otherwise."""
+    if events is None or events.empty or "layer" not in events.columns:
+        return None
+    ev = _initiator(events)
+    if not (ev["layer"] == "block").any():
+        return None
+    sc = app_reads(events)
+    if sc.empty:
+        return None
+    end = sc["ts_ns"].to_numpy(np.int64)
+    start = end - sc["lat_ns"].to_numpy(np.float64).astype(np.int64)
+    return int(in_flight(start, end)["outstanding"].max())
+
+
 def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> dict[str, object]:
     """Syscall size vs block request size vs PDU block size (bytes per SCSI command)."""
     out: dict[str, object] = {}
@@ -356,13 +432,9 @@ def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> d
         return {"typical": float(s.mode().iloc[0]), "max": float(s.max()), "count": len(s)}
 
     if events is not None and not events.empty and "bytes" in events.columns:
-        ev = events[events["host"] == "initiator"] if "host" in events.columns else events
+        ev = _initiator(events)
+        out["syscall"] = mode(app_reads(events)["bytes"])
         done = ev["lat_ns"].notna() if "lat_ns" in ev.columns else pd.Series(True, ev.index)
-        # The application's reads (read/pread/readv...), not its socket chatter.
-        sc = ev[(ev["layer"] == "syscall") & done &
-                ev["event"].astype(str).str.match(r"^(p?readv?|pread64|preadv2?)(_exit)?$")]
-        sc = _reads_that_did_io(sc, ev)
-        out["syscall"] = mode(sc["bytes"])
         bl = ev[(ev["layer"] == "block") & done]
         out["block"] = mode(bl["bytes"])
     if commands is not None and not commands.empty:
@@ -582,35 +654,80 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
     return pd.concat(frames, ignore_index=True)[SPAN_COLUMNS]
 
 
+# Kernel stack probe points that mark a piece of work by its start and its end rather than
+# by a latency: (host, start event, end event, layer of the span). The same command's two
+# events share a cmd_id (the merge ties them) or, before a merge, an iSCSI task tag.
+KERNEL_PAIRS = [
+    ("initiator", "scsi_dispatch", "scsi_done", "scsi"),        # SCSI midlayer: dispatch -> done
+    ("target", "lio_cmd_start", "lio_cmd_done", "scsi"),        # LIO target_core: execute -> done
+    ("target", "lio_bs_submit", "lio_cmd_done", "store"),       # LIO backing store: submit -> done
+]
+
+
 def _paired_spans(events: pd.DataFrame) -> pd.DataFrame:
-    """SCSI/iSCSI probe points with a task tag but no latency (issue ... done markers): one
-    span per (host, layer, tag) from its first to its last event, for the (host, layer)
-    pairs that have no latency-carrying events of their own."""
+    """Spans from probe points without a latency: first the kernel stack's known start/end
+    pairs (KERNEL_PAIRS), then, for the other SCSI/iSCSI (host, layer) pairs that have no
+    latency-carrying events of their own, one span per task tag from its first to its last
+    event. Each span is returned as an event row ending at the span's end with its lat_ns."""
+    known = _known_pairs(events)
     if "itt" not in events.columns:
-        return events.iloc[0:0]
+        return known
     ev = events[events["layer"].isin(["scsi", "iscsi"]) & events["itt"].notna()]
+    if not known.empty:   # the table's events stay out of the generic rule
+        mine = {(h, x) for h, a, b, _ in KERNEL_PAIRS for x in (a, b)}
+        ev = ev[[(h, x) not in mine for h, x in zip(ev["host"], ev["event"], strict=True)]]
     if ev.empty:
-        return ev
+        return known
     has_lat = ev.groupby(["host", "layer"])["lat_ns"].apply(lambda x: x.notna().any())
     ev = ev[~ev.set_index(["host", "layer"]).index.map(has_lat).to_numpy(dtype=bool)]
     if ev.empty:
-        return ev
+        return known
     ev = ev.sort_values("ts_ns", kind="stable")
     # A tag reused later starts a new span: split where the event after a *done* repeats it.
-    grp = ev.groupby(["host", "layer", "itt"], sort=False)
-    first = grp.head(1).index
     out = []
-    for (_h, _l, _t), g in grp:
-        done = g["event"].astype(str).str.contains("done|complete|rsp|resp")
-        seg = np.concatenate([[0], np.cumsum(done.to_numpy()[:-1])])
+    for _key, g in ev.groupby(["host", "layer", "itt"], sort=False):
+        done_mark = g["event"].astype(str).str.contains("done|complete|rsp|resp")
+        seg = np.concatenate([[0], np.cumsum(done_mark.to_numpy()[:-1])])
         for _, part in g.groupby(seg):
             if len(part) < 2:
                 continue
             last = part.iloc[-1].copy()
             last["lat_ns"] = int(part["ts_ns"].iloc[-1] - part["ts_ns"].iloc[0])
             out.append(last)
-    del first
-    return pd.DataFrame(out) if out else ev.iloc[0:0]
+    generic = pd.DataFrame(out) if out else ev.iloc[0:0]
+    return pd.concat([known, generic]) if not known.empty else generic
+
+
+def _known_pairs(events: pd.DataFrame) -> pd.DataFrame:
+    """KERNEL_PAIRS spans: per command (cmd_id, else task tag), the first start event to the
+    first end event after it. Rows keep the end event's index; layer is the span's layer."""
+    keys = [k for k in ("cmd_id", "itt") if k in events.columns]
+    if not keys or "event" not in events.columns:
+        return events.iloc[0:0]
+    out = []
+    for host, start, end, layer in KERNEL_PAIRS:
+        here = events[(events["host"] == host) & events["event"].isin([start, end])]
+        if here.empty:
+            continue
+        # "cmd 12" where the merge tied the event to a command, else "itt 0x..." (its tag)
+        key = pd.Series(None, index=here.index, dtype=object)
+        for k in keys:
+            v = here[k]
+            fill = key.isna() & v.notna()
+            key[fill] = k + " " + v[fill].astype(str)
+        h = here.assign(_key=key).dropna(subset=["_key"])
+        s = h[h["event"] == start].groupby("_key")["ts_ns"].min()
+        e = h[h["event"] == end]
+        e = e[e["ts_ns"].to_numpy() >= s.reindex(e["_key"]).to_numpy(np.float64)]
+        e = e.sort_values("ts_ns", kind="stable").drop_duplicates("_key")
+        if e.empty:
+            continue
+        row = e.drop(columns="_key").copy()
+        row["lat_ns"] = (e["ts_ns"] - s.reindex(e["_key"]).to_numpy()).astype(np.int64)
+        row["layer"] = layer
+        row["event"] = start
+        out.append(row)
+    return pd.concat(out) if out else events.iloc[0:0]
 
 
 def _initiator_clock(ev: pd.DataFrame, offset_ns: int) -> np.ndarray:
@@ -683,7 +800,7 @@ def _row_of(host: str, layer: str, event: str) -> str | None:
 
 def _layer_word(layer: str) -> str:
     return {"syscall": "syscall", "block": "block", "scsi": "SCSI", "iscsi": "iSCSI",
-            "tcp": "TCP", "net": "net"}.get(layer, layer)
+            "tcp": "TCP", "net": "net", "store": "backing store"}.get(layer, layer)
 
 
 def assign_lanes(start: np.ndarray, end: np.ndarray, max_lanes: int = 8) -> np.ndarray:

@@ -144,16 +144,29 @@ def timeline_spans(cap: Capture) -> pd.DataFrame:
     return spans
 
 
+def _spans_inside(start: np.ndarray, end: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """For each span [start, end], how many of the spans [s, e] lie inside it: those that
+    start within it (a search in the sorted starts) and end by its end."""
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    lo = np.searchsorted(s, start, side="left")
+    hi = np.searchsorted(s, end, side="right")
+    out = np.zeros(len(start), np.int64)
+    for i in np.flatnonzero(hi > lo):
+        out[i] = int((e[lo[i]:hi[i]] <= end[i]).sum())
+    return out
+
+
 def default_timeline_window(spans: pd.DataFrame, commands: int = 64) -> tuple[int, int] | None:
     """First syscall (if any) or the first `commands` commands: the study's fig. 2 view."""
     if spans.empty:
         return None
     # The first syscall that spans whole commands (the study's 2 MB read()), if any.
-    sc = spans[spans["row"] == "initiator syscall"]
-    isc = spans[spans["row"] == "initiator iSCSI"]
+    sc = spans[spans["row"] == "initiator syscall"].dropna(subset=["start_ns", "end_ns"])
+    isc = spans[spans["row"] == "initiator iSCSI"].dropna(subset=["start_ns", "end_ns"])
     if not sc.empty and not isc.empty:
-        covers = [((isc["start_ns"] >= r.start_ns) & (isc["end_ns"] <= r.end_ns)).sum()
-                  for r in sc.itertuples()]
+        covers = _spans_inside(sc["start_ns"].to_numpy(np.int64), sc["end_ns"].to_numpy(np.int64),
+                               isc["start_ns"].to_numpy(np.int64), isc["end_ns"].to_numpy(np.int64))
         best = int(np.argmax(covers))
         if covers[best] > 0:
             r = sc.iloc[best]

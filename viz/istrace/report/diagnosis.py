@@ -41,13 +41,34 @@ def split_cause(meta: dict[str, Any], largest_request: float) -> str:
     return "the block layer's request size limit (max_sectors_kb or the device's limits)"
 
 
-def ceiling_cause(meta: dict[str, Any], n: int) -> str:
-    """Which concurrency limit sits at `n` outstanding, when the capture recorded it."""
+def _reads(n: int) -> str:
+    return f"{n} read" + ("" if n == 1 else "s")
+
+
+def ceiling_cause(meta: dict[str, Any], n: int, app_in_flight: int | None = None) -> str:
+    """Which concurrency limit sits at `n` outstanding: the settings recorded in meta.json
+    that equal it (the kernel clamps queue_depth to can_queue, so both may), the
+    application's own parallelism (its reads in flight, seen at the system call layer), or
+    both when they coincide (then neither alone can be blamed)."""
     tun = _tunables(meta)
-    for key, what in (("queue_depth", "the SCSI device's queue_depth"),
-                      ("can_queue", "the iSCSI host's can_queue (cmds_max)")):
-        if tun.get(key) == n:
-            return f"{what} = {n} (meta.json)"
+    cmds_max = f" {tun['cmds_max']}" if "cmds_max" in tun else ""
+    names = [f"{what} = {n}" for key, what in
+             (("queue_depth", "the SCSI device's queue_depth"),
+              ("can_queue", f"the iSCSI host's can_queue (cmds_max{cmds_max})"))
+             if tun.get(key) == n]
+    setting = " and ".join(names) + " (meta.json)" if names else None
+    app = app_in_flight == n
+    if setting and app:
+        return (f"{setting}, and the application never had more than {_reads(n)} in flight "
+                "either (both limit it)")
+    if setting:
+        return setting
+    if app:
+        qd = tun.get("queue_depth")
+        more = f"; the SCSI device's queue_depth of {qd} would admit more" \
+            if isinstance(qd, int) and qd > n else ""
+        return (f"the application: at most {_reads(n)} in flight at once (its own "
+                f"parallelism{more})")
     return "a concurrency limit (queue depth, can_queue, or the workload's own)"
 
 
@@ -96,15 +117,24 @@ def diagnose(cap: Capture) -> dict[str, Any]:
                 f"{_fmt_bytes(pb['typical'])}: every one pays the round trip.")
     say(msg)
 
-    series = data.outstanding(cmds)
+    # A kernel initiator's limits (queue_depth, can_queue) act in its SCSI midlayer, where a
+    # command waits from dispatch to done: count there when its events were traced, since
+    # dispatched commands may not have reached the wire yet.
+    series = data.scsi_outstanding(cap.events)
+    where = "SCSI commands outstanding in the initiator's SCSI midlayer"
+    if series.empty:
+        series = data.outstanding(cmds)
+        where = "Commands outstanding"
     ceil = data.outstanding_ceiling(series)
     out["outstanding"] = ceil
     if not series.empty:
-        s = (f"Commands outstanding: at most {ceil['max']}, held {ceil['time_at_max'] * 100:.0f}%"
+        s = (f"{where}: at most {ceil['max']}, held {ceil['time_at_max'] * 100:.0f}%"
              f" of the time, reached {ceil['reached']} times.")
         if ceil["flat"]:
-            s += (f" A flat ceiling at {ceil['max']}: "
-                  f"{ceiling_cause(cap.meta, int(ceil['max']))} caps parallelism.")
+            cause = ceiling_cause(cap.meta, int(ceil["max"]),
+                                  data.app_reads_in_flight(cap.events))
+            out["ceiling_cause"] = cause
+            s += f" A flat ceiling at {ceil['max']}: {cause} caps parallelism."
         say(s)
 
     segs = sender_segs(cap, d)

@@ -6,16 +6,17 @@ from __future__ import annotations
 import base64
 import html
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from istrace.capture import layout
-from istrace.capture.load import Capture
+from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_track_tables, write_verdict
 from istrace.plot.render import KINDS, make_plots, timeline_spans
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
-from istrace.track.of_capture import load_tracked
+from istrace.track.of_capture import track_capture
 
 
 def _img(path: Path) -> str:
@@ -79,18 +80,28 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
 
 def report(d: Path, out: Path | None = None,
            ports: tuple[int, ...] | None = None) -> tuple[Path, dict[str, Any]]:
-    print(f"report: loading {d} (decode/track as needed) ...", file=sys.stderr)
-    cap = load_tracked(d, ports=ports)
+    t0 = time.monotonic()
+
+    def step(what: str) -> None:  # a full-rate capture takes tens of seconds: say where
+        print(f"report: {time.monotonic() - t0:5.1f} s  {what} ...", file=sys.stderr)
+
+    step(f"loading {d} (decoding as needed)")
+    cap = load_capture(d, ports=ports)
+    step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
+    cap.track = track_capture(cap)
     if cap.track is not None and not cap.track.samples.empty:
         write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
                            d / layout.TRACK)
-    print("report: plotting ...", file=sys.stderr)
+    step("plotting")
     made = make_plots(cap, d / layout.PLOTS, KINDS, formats=("png",))
+    step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
+    step("writing the Perfetto trace")
     spans = timeline_spans(cap)
     inst = perfetto.merged_instants(cap)
     n = perfetto.write_trace(d / layout.TRACE_JSON, spans, inst)
+    step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
     path = out or d / layout.REPORT
     write_html(cap, diag, made, path, note)

@@ -7,12 +7,14 @@ become instant ("i") events on their layer's track.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace.capture.load import read_merged
 from istrace.plot import data
 
 PIDS = {"initiator": 1, "wire": 2, "target": 3}
@@ -24,9 +26,10 @@ def _tid(layer: str) -> int:
 
 
 def trace_events(spans: pd.DataFrame, instants: pd.DataFrame | None = None,
-                 max_instants: int = 1_000_000) -> list[dict]:
-    """spans: data.SPAN_COLUMNS; instants: ts_ns, host, layer, event (+ cmd). ts in us."""
-    out: list[dict] = []
+                 max_instants: int = 1_000_000) -> list[dict | str]:
+    """spans: data.SPAN_COLUMNS; instants: ts_ns, host, layer, event (+ cmd). ts in us. The
+    instants come as JSON text already (built column-wise), the rest as dicts."""
+    out: list[dict | str] = []
     starts = [int(spans["start_ns"].min())] if not spans.empty else []
     if instants is not None and not instants.empty:
         starts.append(int(instants["ts_ns"].min()))
@@ -45,13 +48,10 @@ def trace_events(spans: pd.DataFrame, instants: pd.DataFrame | None = None,
             ev["args"]["bytes"] = int(r.bytes)
         out.append(ev)
     if instants is not None and not instants.empty:
-        ins = instants.head(max_instants)
-        ts = ((ins["ts_ns"].astype(np.int64) - t0) / 1e3).to_numpy()
-        for t, host, layer, name in zip(ts, ins["host"].astype(str), ins["layer"].astype(str),
-                                        ins["event"].astype(str), strict=True):
-            used.add((host, layer))
-            out.append({"name": name, "cat": layer, "ph": "i", "s": "t", "ts": float(t),
-                        "pid": PIDS.get(host, 9), "tid": _tid(layer)})
+        ins = _bounded(instants, max_instants)
+        host, layer = ins["host"].astype(str), ins["layer"].astype(str)
+        used.update(pd.MultiIndex.from_arrays([host, layer]).unique())
+        out.extend(_instants_json(ins["ts_ns"], host, layer, ins["event"].astype(str), t0))
     for host, pid in PIDS.items():
         out.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": host}})
         out.append({"name": "process_sort_index", "ph": "M", "pid": pid,
@@ -62,6 +62,34 @@ def trace_events(spans: pd.DataFrame, instants: pd.DataFrame | None = None,
         out.append({"name": "thread_sort_index", "ph": "M", "pid": PIDS.get(host, 9),
                     "tid": _tid(layer), "args": {"sort_index": _tid(layer)}})
     return out
+
+
+def _instants_json(ts_ns: pd.Series, host: pd.Series, layer: pd.Series, name: pd.Series,
+                   t0: int) -> list[str]:
+    """Each instant's JSON object, built column by column: a million instants as dicts took
+    seconds. Names, layers and hosts are a few labels, each JSON-encoded once."""
+    def once(s: pd.Series, enc: Any) -> pd.Series:
+        return s.map({v: enc(v) for v in pd.unique(s)})
+
+    ts = ((ts_ns.astype(np.int64) - t0) / 1e3).astype(float).map(repr)
+    return ('{"name":' + once(name, json.dumps) + ',"cat":' + once(layer, json.dumps) +
+            ',"ph":"i","s":"t","ts":' + ts + ',"pid":' +
+            once(host, lambda h: str(PIDS.get(h, 9))) + ',"tid":' +
+            once(layer, lambda x: str(_tid(x))) + "}").tolist()
+
+
+def _bounded(instants: pd.DataFrame, most: int) -> pd.DataFrame:
+    """At most `most` instants: every probe event and PDU first, then the per-packet rows
+    (layer net) from the start, as many as fit; time order kept."""
+    if len(instants) <= most:
+        return instants
+    net = (instants["layer"].astype(str) == "net").to_numpy()
+    keep = ~net
+    room = most - int(keep.sum())
+    if room < 0:
+        return instants[keep].head(most)
+    keep[np.flatnonzero(net)[:room]] = True
+    return instants[keep]
 
 
 def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFrame:
@@ -81,8 +109,10 @@ def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFr
 def merged_instants(cap: Any) -> pd.DataFrame:
     """Every row of the merged trace (probe events, PDUs, TCP segments) on the initiator
     clock; without merged.parquet, the decoded PDUs and the raw probe events."""
-    m = cap.merged
-    if m is not None and not m.empty and "ts_ns_merged" in m.columns:
+    m = None
+    if cap.merged is not None and "ts_ns_merged" in cap.merged.columns:
+        m = read_merged(cap.dir, columns=["ts_ns_merged", "host", "layer", "event"])
+    if m is not None and not m.empty:
         ts = pd.to_numeric(m["ts_ns_merged"], errors="coerce")
         ok = ts.notna().to_numpy()
         return pd.DataFrame({"ts_ns": ts[ok].astype(np.int64).to_numpy(),
@@ -103,6 +133,18 @@ def merged_instants(cap: Any) -> pd.DataFrame:
 def write_trace(path: Path, spans: pd.DataFrame, instants: pd.DataFrame | None) -> int:
     events = trace_events(spans if spans is not None else pd.DataFrame(
         columns=data.SPAN_COLUMNS), instants)
+    # json.dumps (the C encoder) a chunk at a time: json.dump's pure-Python encoder took
+    # half a minute on a million events, one string of them all would hold them twice
+    chunk = 100_000
     with open(path, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f, separators=(",", ":"))
+        f.write('{"traceEvents":[')
+        first = True
+        for is_text, run in itertools.groupby(events, key=lambda e: isinstance(e, str)):
+            items = list(run)
+            for i in range(0, len(items), chunk):
+                part = items[i:i + chunk]
+                f.write(("" if first else ",") + (",".join(part) if is_text else
+                        json.dumps(part, separators=(",", ":"))[1:-1]))
+                first = False
+        f.write('],"displayTimeUnit":"ms"}')
     return len(events)

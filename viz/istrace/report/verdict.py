@@ -290,10 +290,7 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev["outstanding_max"] = int(ceil["max"])
     ev["outstanding_flat"] = bool(ceil["flat"])
     if not series.empty:
-        t = series["t_ns"].to_numpy(np.int64)
-        v = series["outstanding"].to_numpy(np.float64)
-        w = np.diff(t, append=t[-1])
-        ev["outstanding_mean"] = float((v * w).sum() / w.sum()) if w.sum() else None
+        ev["outstanding_mean"] = ceil["mean"] if ceil["mean"] == ceil["mean"] else None
     rt = data.resp_times(cmds)
     ev["response_ms_p50"] = float(rt.median()) / 1e3 if not rt.empty else None
     sizes = cmds["xfer_bytes"].dropna() if cmds is not None and "xfer_bytes" in cmds.columns \

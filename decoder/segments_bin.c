@@ -1,0 +1,202 @@
+/* segments.bin: the TCP segments table as fixed-width records that numpy maps without parsing
+ * (docs/schema.md §4c): one 72-byte little-endian record per segment, then the text of each
+ * distinct address (records name them by index), then a 32-byte trailer with the counts.
+ * The columns and their values are segments.csv's (segments_out.c), a row for a row. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "segments_out.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REC_SIZE 72
+#define REC_BUF 4096 /* records per write */
+static const char magic[8] = { 'I', 'S', 'T', 'S', 'E', 'G', 'S', '1' };
+
+struct addr_slot {
+	uint8_t used, fam;
+	uint8_t ip[16];
+	uint32_t index;
+};
+
+struct seg_bin {
+	FILE *f;
+	int err;
+	uint64_t n;
+	unsigned char buf[REC_BUF * REC_SIZE];
+	size_t nbuf;
+	/* distinct addresses: an open-addressing table over (family, ip), and their text in
+	 * index order */
+	struct addr_slot *slots;
+	size_t nslots, naddr;
+	char *text;
+	size_t text_len, text_cap;
+	uint32_t last_index[2];
+	uint8_t last_ip[2][16], last_fam[2];
+};
+
+static void put16(unsigned char *p, uint16_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	put16(p, (uint16_t)v);
+	put16(p + 2, (uint16_t)(v >> 16));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static size_t slot_of(const struct seg_bin *s, uint8_t fam, const uint8_t *ip)
+{
+	uint64_t h = 1469598103934665603ull ^ fam;
+	for (int i = 0; i < 16; i++)
+		h = (h ^ ip[i]) * 1099511628211ull;
+	size_t k = (size_t)h & (s->nslots - 1);
+	while (s->slots[k].used && !(s->slots[k].fam == fam && !memcmp(s->slots[k].ip, ip, 16)))
+		k = (k + 1) & (s->nslots - 1);
+	return k;
+}
+
+static int grow(struct seg_bin *s)
+{
+	size_t old_n = s->nslots, n = old_n ? old_n * 2 : 64;
+	struct addr_slot *old = s->slots;
+	s->slots = calloc(n, sizeof *s->slots);
+	if (!s->slots) {
+		s->slots = old;
+		return -1;
+	}
+	s->nslots = n;
+	for (size_t i = 0; i < old_n; i++)
+		if (old[i].used)
+			s->slots[slot_of(s, old[i].fam, old[i].ip)] = old[i];
+	free(old);
+	return 0;
+}
+
+/* The text of a new address, appended to the address list. */
+static int add_text(struct seg_bin *s, uint8_t fam, const uint8_t *ip)
+{
+	char t[64];
+	size_t n = seg_addr_text(fam, ip, t, sizeof t);
+	if (s->text_len + n + 1 > s->text_cap) {
+		size_t cap = s->text_cap ? s->text_cap * 2 : 1024;
+		while (cap < s->text_len + n + 1)
+			cap *= 2;
+		char *p = realloc(s->text, cap);
+		if (!p)
+			return -1;
+		s->text = p;
+		s->text_cap = cap;
+	}
+	memcpy(s->text + s->text_len, t, n);
+	s->text[s->text_len + n] = 0;
+	s->text_len += n + 1;
+	return 0;
+}
+
+/* The index of an address, added on first sight; the last two are checked first (a capture
+ * mostly alternates between two hosts). UINT32_MAX when out of memory. */
+static uint32_t addr_index(struct seg_bin *s, uint8_t fam, const uint8_t *ip)
+{
+	for (int i = 0; i < 2; i++)
+		if (s->last_fam[i] == fam && !memcmp(s->last_ip[i], ip, 16))
+			return s->last_index[i];
+	if ((s->naddr + 1) * 2 > s->nslots && grow(s))
+		return UINT32_MAX;
+	size_t k = slot_of(s, fam, ip);
+	if (!s->slots[k].used) {
+		if (add_text(s, fam, ip))
+			return UINT32_MAX;
+		s->slots[k] = (struct addr_slot){ .used = 1, .fam = fam, .index = (uint32_t)s->naddr++ };
+		memcpy(s->slots[k].ip, ip, 16);
+	}
+	s->last_fam[1] = s->last_fam[0];
+	memcpy(s->last_ip[1], s->last_ip[0], 16);
+	s->last_index[1] = s->last_index[0];
+	s->last_fam[0] = fam;
+	memcpy(s->last_ip[0], ip, 16);
+	s->last_index[0] = s->slots[k].index;
+	return s->slots[k].index;
+}
+
+static void flush_recs(struct seg_bin *s)
+{
+	if (s->nbuf && fwrite(s->buf, REC_SIZE, s->nbuf, s->f) != s->nbuf)
+		s->err = 1;
+	s->nbuf = 0;
+}
+
+struct seg_bin *seg_bin_new(FILE *f)
+{
+	struct seg_bin *s = calloc(1, sizeof *s);
+	if (!s || grow(s)) {
+		free(s);
+		return NULL;
+	}
+	s->f = f;
+	s->last_fam[0] = s->last_fam[1] = 0xff; /* no address yet */
+	return s;
+}
+
+void seg_bin_row(struct seg_bin *s, uint64_t frame, int64_t ts_ns, const struct tcp_seg *g)
+{
+	unsigned char *r = s->buf + s->nbuf * REC_SIZE;
+	struct seg_opts o = { -1, -1, -1, -1, 0 };
+	uint32_t src = addr_index(s, g->family, g->src), dst = addr_index(s, g->family, g->dst);
+	if (src == UINT32_MAX || dst == UINT32_MAX) {
+		s->err = 1;
+		return;
+	}
+	if (g->hlen > 20)
+		seg_options(g, &o);
+	memset(r, 0, REC_SIZE);
+	put64(r, (uint64_t)ts_ns);
+	put64(r + 8, frame);
+	put64(r + 16, (uint64_t)o.tsval);
+	put64(r + 24, (uint64_t)o.tsecr);
+	put32(r + 32, g->seq);
+	put32(r + 36, g->ack);
+	put32(r + 40, seg_payload_len(g));
+	put32(r + 44, g->win);
+	put32(r + 48, src);
+	put32(r + 52, dst);
+	put32(r + 56, (uint32_t)o.mss);
+	put16(r + 60, g->sport);
+	put16(r + 62, g->dport);
+	r[64] = g->flags;
+	r[65] = (unsigned char)(int8_t)o.wscale;
+	r[66] = (unsigned char)o.sack;
+	s->n++;
+	if (++s->nbuf == REC_BUF)
+		flush_recs(s);
+}
+
+int seg_bin_finish(struct seg_bin *s)
+{
+	unsigned char t[32];
+	flush_recs(s);
+	if (s->text_len && fwrite(s->text, 1, s->text_len, s->f) != s->text_len)
+		s->err = 1;
+	memcpy(t, magic, 8);
+	put32(t + 8, REC_SIZE);
+	put32(t + 12, (uint32_t)s->naddr);
+	put64(t + 16, s->n);
+	put64(t + 24, s->text_len);
+	if (fwrite(t, 1, sizeof t, s->f) != sizeof t)
+		s->err = 1;
+	int err = s->err;
+	free(s->slots);
+	free(s->text);
+	free(s);
+	return err ? -1 : 0;
+}

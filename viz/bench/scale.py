@@ -1,0 +1,109 @@
+"""Benchmark: `istrace merge` + `istrace report` on a full-rate capture; pcap MB/s and peak RSS.
+
+    python3 viz/bench/scale.py DIR                  # an existing capture directory
+    python3 viz/bench/scale.py --capture 10 DIR     # capture 10 s at full rate into DIR first
+    options: --cold (drop the page cache first: the pcaps come from disk), --peer (time
+    tshark reading the same pcaps, `tshark -r PCAP -q -z io,stat,0`, as the ratio's peer)
+
+Everything merge and report derive is removed before each run (decoded/, merged.*, track*,
+plots/, report.html, trace.json, verdict.json), so each step does its whole work: first the
+decoder on each pcap (what merge would run itself: timed apart because it maps the pcap, so
+its RSS is the file's pages in the page cache, not memory it allocates), then merge, then
+report. Times are wall clock, RSS the kernel's peak (GNU time -v). Prints one table row per
+step and a JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+from istrace.capture import layout  # noqa: E402
+from istrace.system import paths  # noqa: E402
+
+DERIVED = ["decoded", "merged.parquet", "merged.csv", "clock.json", "track.csv",
+           "track_states.csv", "track_events.csv", "plots", "report.html", "trace.json",
+           "verdict.json"]
+
+
+def timed(argv: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in MB, stderr) of one command under GNU time."""
+    r = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True,
+                       check=False)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", r.stderr)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr)
+    assert wall and rss, r.stderr[-1000:]
+    secs = int(wall.group(1) or 0) * 3600 + int(wall.group(2)) * 60 + float(wall.group(3))
+    return secs, int(rss.group(1)) / 1024, r.stderr
+
+
+def clean(d: Path) -> None:
+    for name in DERIVED:
+        p = d / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir", type=Path)
+    ap.add_argument("--capture", type=float, metavar="SECONDS",
+                    help="make the capture first: istrace-gen 4 MiB reads, queue depth 8")
+    ap.add_argument("--cold", action="store_true", help="drop the page cache before merging")
+    ap.add_argument("--peer", action="store_true", help="time tshark on the same pcaps")
+    a = ap.parse_args()
+    d: Path = a.dir
+    if a.capture:
+        subprocess.run(["istrace", "capture", "--lun-mb", "512", "--out", str(d), "--workload",
+                        f"gen --size 4M --queue-depth 8 --time {a.capture:g}"], check=True)
+    pcaps = [p for p in (d / "initiator.pcap", d / "target.pcap") if p.is_file()]
+    if not pcaps:
+        sys.exit(f"{d}: no initiator.pcap / target.pcap")
+    mb = sum(p.stat().st_size for p in pcaps) / 1e6
+    clean(d)
+    if a.cold:
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    rows = []
+    steps = [(f"decode {p.stem}", [str(paths.binary("istrace-decode")), "-q", "--csv-dir",
+                                   str(layout.decoded_dir(d, p.stem)), str(p)]) for p in pcaps]
+    for p in pcaps:
+        layout.decoded_dir(d, p.stem).mkdir(parents=True, exist_ok=True)
+    for step, argv in steps + [("merge", ["istrace", "merge", str(d)]),
+                               ("report", ["istrace", "report", str(d)])]:
+        secs, rss, _ = timed(argv)
+        rows.append({"step": step, "seconds": round(secs, 2), "peak_rss_mb": round(rss),
+                     "pcap_mb_per_s": round(mb / secs, 1)})
+        print(f"{step:16s} {secs:7.1f} s  {mb / secs:7.1f} MB/s of pcap  peak RSS {rss:7.0f} MB",
+              flush=True)
+    total = sum(r["seconds"] for r in rows)
+    peak = max(r["peak_rss_mb"] for r in rows if not r["step"].startswith("decode"))
+    print(f"{'all':16s} {total:7.1f} s  {mb / total:7.1f} MB/s of pcap  peak RSS {peak:7.0f} MB"
+          f" of merge/report  ({mb:.0f} MB of pcap)")
+    out = {"pcap_mb": round(mb), "steps": rows, "seconds": round(total, 2),
+           "pcap_mb_per_s": round(mb / total, 1), "peak_rss_mb": peak, "cold": a.cold}
+    if a.peer:
+        secs = 0.0
+        for p in pcaps:
+            s, _, _ = timed(["tshark", "-r", str(p), "-q", "-z", "io,stat,0"])
+            secs += s
+        out["tshark_seconds"] = round(secs, 2)
+        print(f"{'tshark':16s} {secs:7.1f} s  {mb / secs:7.1f} MB/s of pcap (io,stat over both "
+              f"pcaps): istrace merge + report takes {total / secs:.2f}x tshark's time")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
