@@ -137,8 +137,12 @@ def test_params_quick(quick_run):
         assert at("burst-write", "16384", d) < 0.5 * at("burst-write", "262144", d)
         # InitialR2T=No sends a 64 KiB write without waiting for any R2T
         assert at("unsolicited", "unsolicited", d) > 1.3 * at("unsolicited", "R2T", d)
-    # round-trip-bound writes are what eq. 3 says they are
-    assert writes["ratio"].between(0.75, 1.15).all(), writes[["series", "value", "ratio"]]
+    # eq. 3 counts round trips and the wire, not the hosts' work per PDU (the run prints
+    # that cost): a ceiling everywhere, and the answer where round trips dominate (5 ms one
+    # way). A quick point is a few commands, so one point may sit low on a loaded machine
+    # (seen: 0.70 at 1 ms, 0.79 at 5 ms); a round trip miscounted would halve or double it.
+    assert writes["ratio"].between(0.6, 1.15).all(), writes[["series", "value", "ratio"]]
+    assert writes[writes.delay_ms == 5.0]["ratio"].median() >= 0.85, writes
     # 512-byte PDUs cost more than their headers: slower than 8 KiB ones at 1 ms
     assert at("pdu-size", "512", 1.0) < 0.9 * at("pdu-size", "8192", 1.0)
 

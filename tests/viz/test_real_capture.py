@@ -58,14 +58,15 @@ def real(tmp_path_factory):
                             str(SIZE), "--count", str(N_CMDS), "--queue-depth", "1",
                             "--json", "--quiet"], capture_output=True, timeout=60)
             assert r.returncode == 0, r.stderr
-            # tcpdump on a busy machine lags: stop it only once its files stop growing.
-            sizes, deadline = None, time.time() + 20
-            while time.time() < deadline:
+            # tcpdump on a busy machine lags: stop it only once its files have not grown
+            # for three looks in a row (one still look was not enough on a loaded CI machine:
+            # 3 packets were still in the ring at the SIGINT)
+            sizes, still, deadline = None, 0, time.time() + 30
+            while time.time() < deadline and still < 3:
                 now = [(out / f"{h}.pcap").stat().st_size for h in ("initiator", "target")]
-                if now == sizes:
-                    break
+                still = still + 1 if now == sizes else 0
                 sizes = now
-                time.sleep(0.7)
+                time.sleep(0.5)
         finally:
             for p in dumps:
                 p.send_signal(signal.SIGINT)
