@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from istrace.capture import segtable
 from istrace.merge.merger import merge_dir
 from istrace.testbed import path as testbed_path
 from istrace.testbed.namespaces import Testbed, TestbedConfig
@@ -30,8 +31,14 @@ def read_run(tmp_path_factory: pytest.TempPathFactory):
     result = merge_dir(out, log=lambda m: None)
     # the PDU tables come from istrace-decode: without them nothing below can hold
     assert (out / "decoded" / "initiator" / "commands.csv").is_file(), result.notes
-    merged = pd.read_parquet(out / "merged.parquet")
-    return run, result, merged
+    # merged.parquet (events and PDUs, in time order) with the per-packet tables beside it
+    events_pdus = pd.read_parquet(out / "merged.parquet")
+    ts = events_pdus["ts_ns_merged"].dropna().to_numpy()
+    assert (ts[1:] >= ts[:-1]).all()
+    segs = segtable.as_merged_rows(out)
+    assert set(segs["host"]) == {"initiator", "target"}
+    merged = pd.concat([events_pdus, segs], ignore_index=True)
+    return run, result, merged.sort_values("ts_ns_merged", kind="stable", ignore_index=True)
 
 
 def test_every_available_layer_on_both_ends(read_run) -> None:

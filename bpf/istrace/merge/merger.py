@@ -1,15 +1,21 @@
 """Merge both hosts' probe events, PDUs and TCP segments onto one clock (docs/schema.md §6).
 
+Writes merged.parquet (the events and PDUs of both hosts, in time order), the per-packet
+table DIR/segments/host=<host>/ (istrace.capture.segtable, written a slice at a time by
+segment_pass) and clock.json.
+
 Inputs in DIR: events-initiator.jsonl, events-target.jsonl (istrace probe), initiator.pcap,
 target.pcap (istrace capture), decoded/initiator/ and decoded/target/ (istrace decode
---csv-dir; made here from the pcaps when absent and the decoder is built).
+--csv-dir, with segments.bin; made here from the pcaps when absent and the decoder is
+built).
 
 Clock: a TCP segment sent by one host and received by the other gives
 recv_ts - send_ts = (receiver clock - sender clock) + one-way delay.  With offset =
 target - initiator, every i2t segment gives an upper bound on offset (delay >= 0) and every
 t2i segment a lower bound; the estimate is the middle of [max lower, min upper] and the
 bound its half-width.  Matching uses the first copy of a segment on each side, so a
-retransmission can only loosen a bound, never make it wrong.
+retransmission can only loosen a bound, never make it wrong (a capture of millions of
+segments: those of a fixed share of keys, segment_pass.clock_sample).
 
 cmd_id is the index into the initiator-side commands.csv.  PDU rows carry it from the
 decoder (`cmd`); TCP segments and sequence-carrying probe events (retransmit, tcp_probe's
@@ -39,11 +45,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from istrace.capture import attribution, layout
-from istrace.capture.decoded import DecodeError, conn_and_dir, decode_to_dir
-from istrace.capture.decoded import load_segments as load_segment_table
+from istrace.capture import attribution, layout, segtable
+from istrace.capture.decoded import DecodeError, decode_to_dir, segments_file
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, events_file, read_events_table
 from istrace.capture.meta import read_meta, target_ports
+from istrace.merge import segment_pass
 from istrace.system.paths import MissingBinary
 
 # The events' columns (docs/schema.md §1), then the merger's (§6), then the events' extras.
@@ -74,20 +80,6 @@ class ClockEstimate:
 
 # ----------------------------------------------------------------------------- loading
 
-SEG_COLUMNS = ["ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags", "win", "len"]
-
-
-def load_segments(pcap: Path, host: str, ports: tuple[int, ...],
-                  cache_dir: Path | None = None) -> pd.DataFrame:
-    """TCP segments of the iSCSI connections in one host's capture, with conn and dir (the
-    decoder's segments.bin, kept in cache_dir)."""
-    segs = load_segment_table(pcap, cache_dir=cache_dir)[SEG_COLUMNS]
-    segs = segs[segs["sport"].isin(ports) | segs["dport"].isin(ports)]
-    segs = conn_and_dir(segs, ports).reset_index(drop=True)
-    segs["host"] = host
-    return segs
-
-
 def _decode(pcap: Path, out_dir: Path, ports: tuple[int, ...]) -> str | None:
     """Run the decoder on a pcap into out_dir; returns a problem text or None."""
     try:
@@ -116,12 +108,15 @@ def load_decoded(d: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
 
 def estimate_offset(seg_i: pd.DataFrame, seg_t: pd.DataFrame) -> ClockEstimate:
     """Clock offset (target - initiator) from segments captured at both ends."""
-    key = ["conn", "dir", "seq", "ack", "len", "flags", "win"]
+    key = segment_pass.KEY
     if seg_i.empty or seg_t.empty:
         return ClockEstimate(None, None, 0, 0, 0, None, None, "none",
                              "a capture is missing or empty: no common segments")
     first_i, first_t = _first_copies(seg_i, key), _first_copies(seg_t, key)
-    m = first_i.merge(first_t, on="_h", suffixes=("_i", "_t"))
+    _, at_i, at_t = np.intersect1d(first_i["_h"].to_numpy(), first_t["_h"].to_numpy(),
+                                   assume_unique=True, return_indices=True)
+    m = pd.concat([first_i.iloc[at_i].reset_index(drop=True).add_suffix("_i"),
+                   first_t.iloc[at_t].reset_index(drop=True).add_suffix("_t")], axis=1)
     # a 64-bit hash may (rarely) pair two different segments: keep only true pairs
     same = np.ones(len(m), bool)
     for c in key:
@@ -163,9 +158,10 @@ def _first_copies(seg: pd.DataFrame, key: list[str]) -> pd.DataFrame:
     one integer column to match on instead of seven (millions of segments a capture)."""
     s = seg[key + ["ts_ns"]]
     s = s.iloc[np.argsort(s["ts_ns"].to_numpy(np.int64), kind="stable")]
-    h = pd.util.hash_pandas_object(s[key], index=False).to_numpy()
-    first = ~pd.Series(h).duplicated().to_numpy()
-    return s[first].assign(_h=h[first])
+    h = segment_pass.key_hash(s)
+    _, first = np.unique(h, return_index=True)  # each hash's first row, in time order
+    first.sort()
+    return s.iloc[first].assign(_h=h[first])
 
 
 # ----------------------------------------------------------------------------- rows
@@ -206,20 +202,6 @@ def _pdu_rows(pdus: pd.DataFrame, host: str) -> pa.Table:
         "opcode": get("opcode"), "seq": get("tcp_seq"), "bytes": get("dsl"),
         "lba": get("lba"), "source": "pcap", "dir": get("dir"), "pdu": get("pdu"),
         "cdb_name": get("cdb_name"), "xfer_bytes": get("xfer_bytes"), "reason": get("note"),
-    })
-
-
-def _hex_flags(f: np.ndarray) -> pa.Array:
-    names = pa.array([f"0x{i:02x}" for i in range(256)])
-    return pc.take(names, pa.array(f & 0xFF))
-
-
-def _segment_rows(segs: pd.DataFrame) -> pa.Table:
-    return _rows(len(segs), {
-        "ts_ns": segs["ts_ns"].astype("int64"), "host": str(segs["host"].iloc[0]),
-        "layer": "net", "event": "segment", "conn": segs["conn"], "seq": segs["seq"],
-        "ack": segs["ack"], "bytes": segs["len"], "rwnd": segs["win"], "source": "pcap",
-        "dir": segs["dir"], "flags": _hex_flags(segs["flags"].to_numpy(np.int64)),
     })
 
 
@@ -369,27 +351,30 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
                 notes.append(f"PDUs of {h} not available: {problem}")
         decoded[h] = load_decoded(dd)
         seg_dirs[h] = dd if (dd / layout.SEGMENTS).is_file() else layout.decoded_dir(d, h)
-    segs: dict[str, pd.DataFrame] = {}
+    seg_bins: dict[str, Path] = {}
     for h in HOSTS:
         p = layout.pcap(d, h)
         if not p.is_file() and (d / f"{h}.pcapng").is_file():
             p = d / f"{h}.pcapng"
-        problem = None
-        if p.is_file():
-            say(f"merge: reading {p.name}")
-            try:
-                segs[h] = load_segments(p, h, ports, seg_dirs[h])
-            except (DecodeError, MissingBinary) as exc:
-                problem = f"TCP segments of {p.name} not available: {exc}"
-        if not p.is_file() or problem:
-            segs[h] = pd.DataFrame(columns=["ts_ns", "host", "conn", "dir", "seq", "ack", "len",
-                                            "flags", "win"])
-            notes.append(problem or f"no {h}.pcap")
+        if not p.is_file():
+            notes.append(f"no {h}.pcap")
+            continue
+        try:
+            seg_bins[h] = segments_file(p, seg_dirs[h])
+        except (DecodeError, MissingBinary, OSError) as exc:
+            notes.append(f"TCP segments of {p.name} not available: {exc}")
+    k = segment_pass.buckets(*seg_bins.values())
+    sample: dict[str, pd.DataFrame] = {}
+    for h in HOSTS:
+        say(f"merge: the clock's segments of {h}" + (f" (1 key in {k})" if k > 1 else ""))
+        sample[h] = segment_pass.clock_sample(seg_bins[h], ports, k) if h in seg_bins \
+            else pd.DataFrame(columns=segment_pass.KEY + ["ts_ns"])
 
     if offset_override is not None:
         clock = ClockEstimate(offset_override, 0, 0, 0, 0, None, None, "given (--offset-ns)")
     else:
-        clock = estimate_offset(segs["initiator"], segs["target"])
+        clock = estimate_offset(sample["initiator"], sample["target"])
+    del sample
     if clock.offset_ns is None:
         notes.append("clock offset unknown (no segment seen at both ends): target times "
                      "are NOT moved; ts_ns_merged = ts_ns for both hosts")
@@ -404,11 +389,10 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         pdus, _cmds = decoded[h]
         if pdus is not None and not pdus.empty:
             parts.append(_pdu_rows(pdus, h))
-        if not segs[h].empty:
-            parts.append(_segment_rows(segs.pop(h)))
-    if not parts:
+    if not parts and not seg_bins:
         raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
-    del segs, events  # in `parts` now: memory for the join
+    del events  # in `parts` now
+    parts = parts or [MERGED_SCHEMA.empty_table()]
     say("merge: joining")
     parts = [_with_clock(p, off) for p in parts]
 
@@ -436,8 +420,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
                         index=pd.to_numeric(ini_pdus["pdu"], errors="coerce"))
         lut = lut[~lut.index.duplicated()]
         cmd[ini_pdu_rows] = lut.reindex(df.loc[ini_pdu_rows, "pdu"].astype("float")).values
-        seq_rows = ((df["source"] == "pcap") & (df["layer"] == "net") & (df["bytes"] > 0)) | \
-            (df["host"] == "target") & pdu_rows | \
+        seq_rows = (df["host"] == "target") & pdu_rows | \
             ((df["source"] == "probe") & df["event"].isin(["retransmit", "tcp_probe"]))
         seq_rows = seq_rows.fillna(False).astype(bool) & df["seq"].notna() & df["conn"].notna()
         probe_seq = df.loc[seq_rows, ["conn", "dir", "seq", "ack", "event", "source"]].copy()
@@ -490,12 +473,20 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         notes.append(f"merged.csv not written ({n_rows} rows > {CSV_MAX_ROWS}; "
                      "istrace merge --csv writes it)" if write_csv is None else
                      "merged.csv not written (--no-csv)")
-    clock_doc = asdict(clock)
-    clock_doc["notes"] = [n for n in notes if "clock" in n]
-    (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
     counts: dict[str, int] = {}
     for p in parts:
         for g in p.group_by(["host", "layer"]).aggregate([("ts_ns", "count")]).to_pylist():
             k = f"{g['host']}/{g['layer']}"
             counts[k] = counts.get(k, 0) + int(g["ts_ns_count"])
+    del parts
+    for h in HOSTS:
+        if h not in seg_bins:
+            segtable.remove(d, h)  # an older merge's would contradict this one
+            continue
+        say(f"merge: {h}'s segments on the common clock, tied to their commands")
+        counts[f"{h}/net"] = segment_pass.tie_segments(
+            d, seg_bins[h], h, ports, off, ini_pdus if have_cmds else None, say)
+    clock_doc = asdict(clock)
+    clock_doc["notes"] = [n for n in notes if "clock" in n]
+    (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
     return MergeResult(notes, n_rows, clock, lost, counts)

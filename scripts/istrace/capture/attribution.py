@@ -204,8 +204,9 @@ def by_seq(t: np.ndarray, conn: Any, direction: Any, seq: Any, pdus: pd.DataFram
     found = np.zeros(n, bool)
     if not n or pdus is None or pdus.empty or "tcp_seq" not in pdus:
         return _result(cmd_out, found)
-    rows = pd.DataFrame({"conn": pd.Series(conn).reset_index(drop=True).astype(object),
-                         "dir": pd.Series(direction).reset_index(drop=True).astype(object)})
+    # labels as categoricals: millions of rows name a few connections, grouped by code
+    rows = pd.DataFrame({"conn": pd.Series(conn).reset_index(drop=True).astype("category"),
+                         "dir": pd.Series(direction).reset_index(drop=True).astype("category")})
     valid = valid & rows["conn"].notna().to_numpy() & rows["dir"].notna().to_numpy()
     p_seq, seq_ok = _ints(pdus["tcp_seq"])
     p_t, t_ok = _ints(pdus["ts_ns"] if pdu_ts_ns is None else pdu_ts_ns)
@@ -214,7 +215,7 @@ def by_seq(t: np.ndarray, conn: Any, direction: Any, seq: Any, pdus: pd.DataFram
                       "cmd": _cmd_ids(pdus) if "cmd" in pdus else np.nan})
     p = p[seq_ok & t_ok & p["conn"].notna().to_numpy() & p["dir"].notna().to_numpy()]
     p = p.sort_values("t", kind="stable")
-    groups = rows[valid].groupby(["conn", "dir"], sort=False).indices
+    groups = rows[valid].groupby(["conn", "dir"], sort=False, observed=True).indices
     sel = np.flatnonzero(valid)
     for (c, d), pos in groups.items():
         g = p[(p["conn"] == c) & (p["dir"] == d)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -88,10 +88,9 @@ def decode_to_dir(pcap: str | Path, outdir: str | Path, ports: Iterable[int] = (
     return out
 
 
-def read_segments(path: str | Path) -> pd.DataFrame:
-    """A segments.bin as the decoder writes it: the records read whole, not parsed; int64
-    columns (as segments.csv's), the addresses as categoricals of their text."""
-    path = Path(path)
+def _segment_file(path: Path) -> tuple[int, pd.Index]:
+    """(number of records, the address labels) of a segments.bin, checked against its
+    trailer; DecodeError when it is not one."""
     size = path.stat().st_size
     if size < _SEG_TRAILER.itemsize:
         raise DecodeError(f"{path}: too short for a segments table", 2)
@@ -101,19 +100,51 @@ def read_segments(path: str | Path) -> pd.DataFrame:
             n * _SEG_RECORD.itemsize + text_bytes + _SEG_TRAILER.itemsize != size:
         raise DecodeError(f"{path}: not a segments table of this decoder (remove it to "
                           "decode again)", 2)
-    rec = np.fromfile(path, _SEG_RECORD, count=n)  # one read: no per-page faults of a map
     with open(path, "rb") as f:
         f.seek(n * _SEG_RECORD.itemsize)
         names = f.read(text_bytes).decode().split("\0")[:int(t["n_addrs"])]
-    labels = pd.Index(names, dtype=object)
+    return n, pd.Index(names, dtype=object)
+
+
+def _segment_frame(rec: np.ndarray, labels: pd.Index, columns: list[str]) -> pd.DataFrame:
     out = {}
-    for c in SEGMENT_COLUMNS:
+    for c in columns:
         if c in ("src", "dst"):
             out[c] = pd.Categorical.from_codes(rec[c].astype(np.int64), labels)
         else:
             out[c] = rec[c].astype(np.int64)
-    del rec
-    return pd.DataFrame(out, columns=SEGMENT_COLUMNS)
+    return pd.DataFrame(out, columns=columns)
+
+
+def read_segments(path: str | Path) -> pd.DataFrame:
+    """A segments.bin as the decoder writes it: the records read whole, not parsed; int64
+    columns (as segments.csv's), the addresses as categoricals of their text."""
+    path = Path(path)
+    n, labels = _segment_file(path)
+    rec = np.fromfile(path, _SEG_RECORD, count=n)  # one read: no per-page faults of a map
+    return _segment_frame(rec, labels, SEGMENT_COLUMNS)
+
+
+def segment_count(path: str | Path) -> int:
+    """How many segments a segments.bin holds (its trailer's count, checked)."""
+    return _segment_file(Path(path))[0]
+
+
+def iter_segments(path: str | Path, rows: int = 1 << 21,
+                  columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
+    """A segments.bin a slice of `rows` records at a time, in file order, as read_segments
+    gives them (only `columns`): what a pass over a capture of any length holds in memory."""
+    path = Path(path)
+    n, labels = _segment_file(path)
+    if n == 0:
+        yield _segment_frame(np.zeros(0, _SEG_RECORD), labels, columns or SEGMENT_COLUMNS)
+        return
+    rec = np.memmap(path, _SEG_RECORD, mode="r", shape=(n,))
+    try:
+        for i in range(0, n, rows):
+            yield _segment_frame(rec[i:i + rows], labels, columns or SEGMENT_COLUMNS)
+    finally:
+        del rec
 
 
 def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
@@ -125,28 +156,43 @@ def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
     capture (decode_to_dir leaves one there too); without, it is read and thrown away.
     Raises DecodeError (returncode 2: not a readable capture) or paths.MissingBinary.
     """
-    pcap = Path(pcap)
-    if not pcap.is_file():
-        raise DecodeError(f"{pcap}: no such file", 2)
-    exe = str(paths.binary("istrace-decode"))
     if cache_dir is not None:
-        out = Path(cache_dir) / SEGMENT_FILE
-        if out.is_file() and out.stat().st_mtime >= pcap.stat().st_mtime:
-            return read_segments(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".segments-", suffix=".bin", dir=out.parent)
-    else:
-        fd, tmp = tempfile.mkstemp(prefix="istrace-segments-", suffix=".bin")
+        return read_segments(segments_file(pcap, cache_dir, timeout))
+    fd, tmp = tempfile.mkstemp(prefix="istrace-segments-", suffix=".bin")
     os.close(fd)
     try:
-        _run([exe, "-q", "--segments", tmp, str(pcap)], timeout)
-        if cache_dir is None:
-            return read_segments(tmp)
-        os.replace(tmp, out)  # readers never see a half-written table
-        return read_segments(out)
+        _decode_segments(Path(pcap), Path(tmp), timeout)
+        return read_segments(tmp)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def segments_file(pcap: str | Path, cache_dir: str | Path,
+                  timeout: float | None = None) -> Path:
+    """cache_dir/segments.bin of a capture, made by the decoder when missing or older than
+    the capture; for a pass over it a slice at a time (iter_segments)."""
+    pcap = Path(pcap)
+    out = Path(cache_dir) / SEGMENT_FILE
+    if out.is_file() and pcap.is_file() and out.stat().st_mtime >= pcap.stat().st_mtime:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".segments-", suffix=".bin", dir=out.parent)
+    os.close(fd)
+    try:
+        _decode_segments(pcap, Path(tmp), timeout)
+        os.replace(tmp, out)  # readers never see a half-written table
+        return out
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _decode_segments(pcap: Path, out: Path, timeout: float | None) -> None:
+    if not pcap.is_file():
+        raise DecodeError(f"{pcap}: no such file", 2)
+    _run([str(paths.binary("istrace-decode")), "-q", "--segments", str(out), str(pcap)],
+         timeout)
 
 
 def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) -> pd.DataFrame:
@@ -163,11 +209,20 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
         return out
     synack = out[(out["flags"] & (TCP_SYN | TCP_ACK)) == (TCP_SYN | TCP_ACK)]
     servers = set(zip(synack["src"].astype(str).tolist(), synack["sport"].tolist(), strict=True))
-    key = ["src", "sport", "dst", "dport"]
-    codes = out.groupby(key, sort=False, dropna=False).ngroup().to_numpy()
-    uniq = out[key].drop_duplicates()  # first-appearance order, as ngroup(sort=False) numbers
-    src, dst = uniq["src"].astype(str).tolist(), uniq["dst"].astype(str).tolist()
-    sport, dport = uniq["sport"].tolist(), uniq["dport"].tolist()
+    # one integer per (src, sport, dst, dport): address codes and ports packed side by side
+    src_c, src_l = _codes(out["src"])
+    dst_c, dst_l = _codes(out["dst"])
+    sp, dp = out["sport"].to_numpy(np.int64), out["dport"].to_numpy(np.int64)
+    packed = ((src_c * len(dst_l) + dst_c) << 32) | (sp << 16) | dp
+    _, first, codes = np.unique(packed, return_index=True, return_inverse=True)
+    # numbered in order of first appearance (as a group-by in file order would)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    first, codes = first[order], rank[codes.reshape(-1)]
+    src = [str(src_l[i]) for i in src_c[first]]
+    dst = [str(dst_l[i]) for i in dst_c[first]]
+    sport, dport = sp[first].tolist(), dp[first].tolist()
     conn, direction = [], []
     for s, sp, d, dp in zip(src, sport, dst, dport, strict=True):
         if sp in target_ports and dp not in target_ports:
@@ -183,6 +238,12 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
         lc, lu = pd.factorize(pd.Series(labels, dtype=object))
         out[col] = pd.Categorical.from_codes(lc[codes], pd.Index(lu, dtype=object))
     return out
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """(int64 code per row, the labels) of an address column, categorical or text."""
+    cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+    return cat.cat.codes.to_numpy().astype(np.int64), cat.cat.categories
 
 
 def _load(path: Path, text: list[str], ints: list[str]) -> pd.DataFrame:

@@ -6,7 +6,9 @@ has the table of who writes and who reads each).
     DIR/events-<host>.jsonl|.csv       each end's probe events (istrace-probe)
     DIR/hoststats-<host>.jsonl         each end's sampled tcp_info and CPU (istrace.session)
     DIR/decoded/<host>/*.csv           the decoder's tables (istrace-decode --csv-dir)
-    DIR/merged.parquet, clock.json     one clock, one trace (istrace merge)
+    DIR/merged.parquet, clock.json     one clock, one trace of events and PDUs (istrace merge)
+    DIR/segments/host=<host>/*.parquet every TCP segment on that clock, tied to its command
+                                       (istrace merge; Hive-partitioned by host)
     DIR/track.csv (+_states, _events)  cwnd/state series (istrace track, report)
     DIR/plots/, report.html, trace.json  (istrace plot, report)
     DIR/verdict.json                   what limited the transfer (istrace report)
@@ -22,6 +24,7 @@ META = "meta.json"
 CLOCK = "clock.json"
 MERGED = "merged.parquet"
 MERGED_CSV = "merged.csv"
+SEGMENT_TABLE = "segments"
 TRACK = "track.csv"
 PLOTS = "plots"
 REPORT = "report.html"
@@ -36,6 +39,12 @@ SEGMENTS = "segments.bin"
 
 def pcap(d: Path, host: str) -> Path:
     return d / f"{host}.pcap"
+
+
+def segment_table(d: Path, host: str) -> Path:
+    """The merged per-packet table of one host: a Hive partition (`host=<host>`), so DuckDB,
+    Arrow or Spark read DIR/segments/ (or many captures' at once) as one table."""
+    return d / SEGMENT_TABLE / f"host={host}" / "part-0.parquet"
 
 
 def events_file(d: Path, host: str, fmt: str = "jsonl") -> Path:

@@ -14,11 +14,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace.capture import segtable
 from istrace.capture.load import read_merged
 from istrace.plot import data
 
 PIDS = {"initiator": 1, "wire": 2, "target": 3}
 LAYERS = ["syscall", "block", "scsi", "iscsi", "tcp", "net", "store"]
+# instants in a trace at most: Perfetto's UI slows past a million; probe events and PDUs first
+MAX_INSTANTS = 1_000_000
 
 
 def _tid(layer: str) -> int:
@@ -26,7 +29,7 @@ def _tid(layer: str) -> int:
 
 
 def trace_events(spans: pd.DataFrame, instants: pd.DataFrame | None = None,
-                 max_instants: int = 1_000_000) -> list[dict | str]:
+                 max_instants: int = MAX_INSTANTS) -> list[dict | str]:
     """spans: data.SPAN_COLUMNS; instants: ts_ns, host, layer, event (+ cmd). ts in us. The
     instants come as JSON text already (built column-wise), the rest as dicts."""
     out: list[dict | str] = []
@@ -106,19 +109,28 @@ def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFr
     return pd.concat(frames, ignore_index=True)
 
 
-def merged_instants(cap: Any) -> pd.DataFrame:
-    """Every row of the merged trace (probe events, PDUs, TCP segments) on the initiator
-    clock; without merged.parquet, the decoded PDUs and the raw probe events."""
+def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
+    """The merged trace's rows on the initiator clock: every probe event and PDU, then the
+    TCP segments from the start as many as `most` leaves room for (read no further: a
+    full-rate capture has tens of millions); without merged.parquet, the decoded PDUs and
+    the raw probe events."""
     m = None
     if cap.merged is not None and "ts_ns_merged" in cap.merged.columns:
         m = read_merged(cap.dir, columns=["ts_ns_merged", "host", "layer", "event"])
     if m is not None and not m.empty:
         ts = pd.to_numeric(m["ts_ns_merged"], errors="coerce")
         ok = ts.notna().to_numpy()
-        return pd.DataFrame({"ts_ns": ts[ok].astype(np.int64).to_numpy(),
-                             "host": m["host"].astype(object).to_numpy()[ok],
-                             "layer": m["layer"].astype(object).to_numpy()[ok],
-                             "event": m["event"].astype(object).to_numpy()[ok]})
+        parts = [pd.DataFrame({"ts_ns": ts[ok].astype(np.int64).to_numpy(),
+                               "host": m["host"].astype(object).to_numpy()[ok],
+                               "layer": m["layer"].astype(object).to_numpy()[ok],
+                               "event": m["event"].astype(object).to_numpy()[ok]})]
+        room = most - len(parts[0])
+        for host in segtable.hosts(cap.dir) if room > 0 else []:
+            s = segtable.read(cap.dir, host, ["ts_ns_merged"], max_rows=room)
+            parts.append(pd.DataFrame({"ts_ns": s["ts_ns_merged"].to_numpy(np.int64),
+                                       "host": host, "layer": "net", "event": "segment"}))
+        out = pd.concat(parts, ignore_index=True)
+        return out.iloc[np.argsort(out["ts_ns"].to_numpy(), kind="stable")]
     parts = [pdu_instants(cap.pdus, cap.offset_ns)]
     ev = cap.events
     if ev is not None and not ev.empty:

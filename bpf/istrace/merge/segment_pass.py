@@ -1,0 +1,103 @@
+"""The merger's walks over each host's segments.bin, a slice at a time, so that what it
+holds in memory does not grow with the capture (docs/schema.md §6b):
+
+1. `clock_sample`: the key and time of the segments the clock estimate matches. Below
+   CLOCK_KEYS segments a host, all of them; above, the segments whose key hash falls in
+   one of k buckets, the same buckets at both ends. Every copy of a chosen key is kept, so
+   the first copy of each is exact, and a bound from fewer pairs is still a bound (only
+   looser, by the spread of the fastest one-way delays, nanoseconds on a busy link).
+2. `tie_segments`: each slice's iSCSI segments moved onto the initiator's clock, the data
+   ones tied to their command by TCP sequence, written as a row group of the host's table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from istrace.capture import attribution
+from istrace.capture.decoded import conn_and_dir, iter_segments, segment_count
+from istrace.capture.segtable import SegmentTableWriter
+from pandas.api.types import union_categoricals
+
+# the clock's sample: at most about this many segments a host (~10 bytes each)
+CLOCK_KEYS = 2_000_000
+# segments a slice: ~72 bytes each as records, a few times that as a table
+SLICE_ROWS = 1 << 20
+KEY = ["conn", "dir", "seq", "ack", "len", "flags", "win"]
+_READ = ["ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags", "win", "len"]
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def key_hash(segs: pd.DataFrame) -> np.ndarray:
+    """A 64-bit hash of each segment's KEY, the same for the same segment in either host's
+    table (labels hashed by their text, not their codes). Equal hashes are still compared
+    field by field before a pair is trusted."""
+    conn = segs["conn"].astype("category")
+    labels = np.array([int.from_bytes(hashlib.blake2b(str(c).encode(), digest_size=8)
+                                      .digest(), "little") for c in conn.cat.categories],
+                      dtype=np.uint64)
+    h = labels[conn.cat.codes.to_numpy()] if len(labels) else np.zeros(len(segs), np.uint64)
+    h = h ^ (segs["dir"].astype(str).to_numpy() == "t2i").astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for c in KEY[2:]:
+            h = (h ^ segs[c].to_numpy().astype(np.uint64)) * _MIX
+            h ^= h >> np.uint64(29)
+    return h
+
+
+def buckets(*bins: Path) -> int:
+    """How many hash buckets make the clock's sample at most about CLOCK_KEYS a host."""
+    most = max((segment_count(b) for b in bins if b.is_file()), default=0)
+    return max(1, -(-most // CLOCK_KEYS))
+
+
+def _iscsi_slices(seg_bin: Path, ports: tuple[int, ...]) -> Iterator[pd.DataFrame]:
+    for s in iter_segments(seg_bin, SLICE_ROWS, _READ):
+        s = s[s["sport"].isin(ports) | s["dport"].isin(ports)]
+        yield conn_and_dir(s, ports).reset_index(drop=True)
+
+
+def clock_sample(seg_bin: Path, ports: tuple[int, ...], k: int) -> pd.DataFrame:
+    """The segments (KEY + ts_ns) of one host the clock estimate matches: all when k == 1,
+    else those whose key hash is 0 modulo k."""
+    parts = []
+    for s in _iscsi_slices(seg_bin, ports):
+        if k > 1:
+            s = s[key_hash(s) % np.uint64(k) == 0]
+        parts.append(s[KEY + ["ts_ns"]])
+    if not parts:
+        return pd.DataFrame(columns=KEY + ["ts_ns"])
+    # each slice labels its few connections in its own categories: unite them, not as text
+    labels = {c: union_categoricals([p[c] for p in parts], ignore_order=True)
+              for c in ("conn", "dir")}
+    out = pd.concat([p.drop(columns=["conn", "dir"]) for p in parts], ignore_index=True)
+    return out.assign(**labels)[KEY + ["ts_ns"]]
+
+
+def tie_segments(d: Path, seg_bin: Path, host: str, ports: tuple[int, ...], offset_ns: int,
+                 ini_pdus: pd.DataFrame | None, say: Callable[[str], None]) -> int:
+    """Write DIR/segments/host=<host>/: the iSCSI segments of one host's segments.bin on the
+    initiator's clock, data segments tied to the initiator's PDUs by sequence; rows written."""
+    total = segment_count(seg_bin)
+    done = 0
+    with SegmentTableWriter(d, host) as w:
+        for s in _iscsi_slices(seg_bin, ports):
+            done += SLICE_ROWS
+            ts = s["ts_ns"].to_numpy(np.int64)
+            merged = ts - offset_ns if host == "target" else ts
+            cmd = pd.array(np.zeros(len(s), np.int64), dtype="Int64")
+            cmd[:] = pd.NA
+            data = (s["len"] > 0).to_numpy()
+            if ini_pdus is not None and data.any():
+                cmd[data] = attribution.by_seq(merged[data], s["conn"][data], s["dir"][data],
+                                               s["seq"][data], ini_pdus)
+            w.write({"ts_ns": ts, "ts_ns_merged": merged, "conn": s["conn"], "dir": s["dir"],
+                     "seq": s["seq"], "ack": s["ack"], "len": s["len"], "flags": s["flags"],
+                     "win": s["win"], "cmd_id": cmd})
+            if total > 4 * SLICE_ROWS:
+                say(f"merge: {host} segments {min(done, total) * 100 // max(total, 1)}%")
+        return w.rows
