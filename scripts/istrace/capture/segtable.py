@@ -99,7 +99,10 @@ def read(d: Path, host: str, columns: list[str] | None = None,
             got += parts[-1].num_rows
         t = pa.concat_tables(parts) if parts else SCHEMA.empty_table().select(
             columns or SCHEMA.names)
-    return t.to_pandas()
+    # cmd_id has gaps: a nullable integer, not float (the other columns have none)
+    return t.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get if "cmd_id" in
+                       t.column_names else None).astype(
+        {c: "int64" for c in t.column_names if c not in ("conn", "dir", "cmd_id")})
 
 
 def as_merged_rows(d: Path) -> pd.DataFrame:

@@ -67,7 +67,10 @@ def first_ts(cap: Capture) -> int:
 
 
 def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None = None,
-               formats: tuple[str, ...] = ("png", "svg")) -> dict[str, list[Path]]:
+               formats: tuple[str, ...] = ("png", "svg"),
+               spans: pd.DataFrame | None = None) -> dict[str, list[Path]]:
+    """Each plot of `kinds` into out/<kind>.<format>. `spans`: timeline_spans(cap), when the
+    caller has them already (the report also writes them to the Perfetto trace)."""
     made: dict[str, list[Path]] = {}
     window = parse_window(window_ms, first_ts(cap))
     d = data_dir(cap)
@@ -89,7 +92,8 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
             else:
                 fig = plots.cwnd(tr.samples, tr.states, tr.events, data.throughput(segs, d), d)
         elif kind == "timeline":
-            spans = timeline_spans(cap)
+            if spans is None:
+                spans = timeline_spans(cap)
             w = window or default_timeline_window(spans)
             fig = plots.timeline(spans, w)
         elif kind == "throughput":

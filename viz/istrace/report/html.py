@@ -93,12 +93,12 @@ def report(d: Path, out: Path | None = None,
         write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
                            d / layout.TRACK)
     step("plotting")
-    made = make_plots(cap, d / layout.PLOTS, KINDS, formats=("png",))
+    spans = timeline_spans(cap)  # the timeline plot's and the Perfetto trace's
+    made = make_plots(cap, d / layout.PLOTS, KINDS, formats=("png",), spans=spans)
     step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
     step("writing the Perfetto trace")
-    spans = timeline_spans(cap)
     inst = perfetto.merged_instants(cap)
     n = perfetto.write_trace(d / layout.TRACE_JSON, spans, inst)
     step("writing report.html")
