@@ -202,7 +202,7 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
     a SYN (SYN+ACK sender); failing that, the lower port. Worked out once per distinct
     (src, sport, dst, dport), so a capture of millions of segments costs a group-by.
     """
-    out = segs.copy()
+    out = segs.copy(deep=False)  # copy-on-write: the caller's table is never changed
     if out.empty:
         out["conn"] = pd.Categorical([])
         out["dir"] = pd.Categorical([])
