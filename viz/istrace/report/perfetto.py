@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from istrace.capture import segtable
+from istrace.capture.labels import is_
 from istrace.capture.load import read_merged
 from istrace.plot import data
 
@@ -86,7 +87,7 @@ def _bounded(instants: pd.DataFrame, most: int) -> pd.DataFrame:
     (layer net) from the start, as many as fit; time order kept."""
     if len(instants) <= most:
         return instants
-    net = (instants["layer"].astype(str) == "net").to_numpy()
+    net = is_(instants["layer"], "net").to_numpy()
     keep = ~net
     room = most - int(keep.sum())
     if room < 0:
@@ -134,7 +135,7 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
     parts = [pdu_instants(cap.pdus, cap.offset_ns)]
     ev = cap.events
     if ev is not None and not ev.empty:
-        ev = ev[ev["layer"].astype(str) != "meta"]
+        ev = ev[~is_(ev["layer"], "meta")]
         ts = ev["ts_ns"].astype(np.int64) - np.where(ev["host"] == "target", cap.offset_ns, 0)
         parts.append(pd.DataFrame({"ts_ns": ts, "host": ev["host"].astype(object),
                                    "layer": ev["layer"].astype(object),

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace.capture.labels import is_
 from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number, one_way_ms
 from istrace.plot import data
@@ -123,7 +124,7 @@ def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
     r = pd.Series(dtype=float)
     if cap.track is not None and not cap.track.samples.empty:
         s = cap.track.samples
-        s = s[(s["dir"].astype(str) == d) & (s["host"].astype(str) == sender)]
+        s = s[is_(s["dir"], d) & is_(s["host"], sender)]
         r = s["rtt_us"].dropna()
         if len(r) < 10:
             r = s["srtt_us"].dropna()
@@ -266,8 +267,7 @@ def account(cap: Capture) -> accounting.Accounting | None:
             r2t = np.sort(p["ts_ns"].dropna().to_numpy(np.int64))
         samples = cap.track.samples if cap.track is not None else pd.DataFrame()
         if not samples.empty:
-            samples = samples[(samples["dir"].astype(str) == d)
-                              & (samples["conn"].astype(str) == str(conn))]
+            samples = samples[is_(samples["dir"], d) & is_(samples["conn"], str(conn))]
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
@@ -314,11 +314,11 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev["rwnd_median"] = ev["cwnd_median"] = ev["rwnd_max"] = ev["sndbuf_max"] = None
     ev["rcvbuf_max"] = None
     if cap.track is not None and not cap.track.samples.empty:
-        s = cap.track.samples[cap.track.samples["dir"].astype(str) == d]
+        s = cap.track.samples[is_(cap.track.samples["dir"], d)]
         if s["rwnd"].notna().any():
             ev["rwnd_median"] = float(s["rwnd"].median())
             ev["rwnd_max"] = float(s["rwnd"].max())
-        ex = s[s["source"].astype(str) == "exact"]
+        ex = s[is_(s["source"], "exact")]
         if ex["cwnd"].notna().any():
             ev["cwnd_median"] = float(ex["cwnd"].median())
     sock = getattr(cap, "sockstats", None)
