@@ -107,8 +107,9 @@ def read(d: Path, host: str, columns: list[str] | None = None,
 
 def as_merged_rows(d: Path) -> pd.DataFrame:
     """Every host's table as rows of the merged trace (docs/schema.md §6: layer `net`,
-    event `segment`, source `pcap`, `bytes` = payload), for a small capture looked at whole;
-    a full-rate one is read a column or a window at a time (`read`)."""
-    parts = [read(d, h).rename(columns={"len": "bytes"}).assign(
+    event `segment`, source `pcap`, `bytes` = payload, `rwnd` = window field; `flags` stays
+    an integer), for a small capture looked at whole; a full-rate one is read a column or a
+    window at a time (`read`)."""
+    parts = [read(d, h).rename(columns={"len": "bytes", "win": "rwnd"}).assign(
         host=h, layer="net", event="segment", source="pcap") for h in hosts(d)]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
