@@ -420,7 +420,10 @@ def test_cwnd_costs_per_ack_on_the_traced_port_only(tmp_path: Path, bpf_stats: N
     assert len(probe) >= 20 and (probe["cwnd"] > 0).all()
     assert probe["conn"].str.contains(f":{traced}").all()
     if variant == "sockops":
-        assert runs_other <= 10, runs_other  # the other flow's sockets: established, once
+        # the other flow's sockets: a few callbacks each (connect, established), not one per
+        # segment; sock_ops is cgroup-wide, so another socket of the machine may add one
+        # (seen: 11 on CI)
+        assert runs_other <= 30, runs_other
     else:
         assert runs_other >= 1000, runs_other  # every segment of every socket
 

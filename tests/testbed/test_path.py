@@ -113,10 +113,12 @@ def test_tcp_reaches_the_set_rate(rate):
     expect = rate * 1448 / 1500
     with Testbed(cfg) as tb:
         seen = []
-        for attempt in range(2):  # a second run only if a CPU-starved first one fell short
+        # another run only if a CPU-starved one fell short (seen on CI at 300 Mbit/s: 273 and
+        # 255 with the load average at 1.65 on 2 CPUs); a run above the rate fails at once
+        for attempt in range(3):
             end = iperf(tb, ["-O", "1"], 4, 5311 + attempt)
             seen.append(end["sum_received"]["bits_per_second"] / 1e6)
-            if abs(seen[-1] - expect) <= 0.05 * expect:
+            if seen[-1] - expect >= -0.05 * expect:
                 break
         got = seen[-1]
         print(f"\nrate {rate} Mbit/s (IP): TCP goodput {got:.1f} Mbit/s, expected "
