@@ -17,6 +17,7 @@ A run is named CPU-bound when one process, or the machine counting only the run'
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -34,6 +35,8 @@ KEY = ["series", "block"]
 # study's first remedy: fewer, bigger frames per byte.
 SERIES = {"latency": (1, 1500), "throughput": (8, 1500), "throughput-jumbo": (8, 9000)}
 BOUND = 0.9           # a process at 90% of a CPU, or the machine at 90% of all, has none left
+DISTURBED_CPU = 0.25  # other jobs' CPU above which a point is measured again
+MEASURE_TRIES = 3
 COPY_CSUM = ("copy and checksum time: not measured (needs kprobes or fentry on the copy "
              "routines, which this kernel refuses); softirq and system time hold it")
 
@@ -78,6 +81,21 @@ def cpu_bound(ini: float, tgt: float, ours: float, cpus: int) -> str:
 
 
 def measure(tb: repro_run.Testbed, p: Row, secs: float) -> Row:
+    """One point; measured again (at most twice) when other jobs took a share of the CPU the
+    point's figures depend on, and the least disturbed measurement kept (CI saw a 512-byte
+    latency point at 506 us beside 424 us for 4 KiB, with other jobs at 0.46 CPU)."""
+    best = _measure_once(tb, p, secs)
+    for _ in range(MEASURE_TRIES - 1):
+        if float(best["other"]) <= DISTURBED_CPU:
+            break
+        print(f"blocksize: {p['series']} {p['block']} B measured again: other jobs used "
+              f"{best['other']} CPU meanwhile", file=sys.stderr)
+        again = _measure_once(tb, p, secs)
+        best = min(best, again, key=lambda r: float(r["other"]))
+    return best
+
+
+def _measure_once(tb: repro_run.Testbed, p: Row, secs: float) -> Row:
     qd = int(p["queue_depth"])
     extra = ["--same"] if p["series"] == "latency" else ["--random"]
     tgtd = tb.tgtd_pid
