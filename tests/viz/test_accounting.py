@@ -64,12 +64,37 @@ def test_without_probes_cwnd_and_send_buffer_stay_one_class():
 
 
 def test_exact_cwnd_full_then_after_a_loss_it_is_the_loss():
-    s = pd.DataFrame({"ts_ns": [150 * US, 150 * US], "source": ["estimated", "exact"],
-                      "cwnd": [np.nan, 14.0], "inflight_bytes": [20_000.0, np.nan],
-                      "rwnd": [1_000_000.0, np.nan]})
+    # cwnd 28 before the loss at 120 us, cut to 14 (full) at the gap
+    s = pd.DataFrame({"ts_ns": [50 * US, 150 * US, 150 * US],
+                      "source": ["exact", "estimated", "exact"],
+                      "cwnd": [28.0, np.nan, 14.0], "inflight_bytes": [np.nan, 20_000.0, np.nan],
+                      "rwnd": [np.nan, 1_000_000.0, np.nan]})
     sg, cm = segs((100, 10, 10), (690, 10, 10)), cmds([(0, 100, 780)])
     assert run(sg, cm, samples=s)["tcp_cwnd"] == pytest.approx(500)
     assert run(sg, cm, samples=s, first_loss_ns=120 * US)["tcp_loss_recovery"] == \
+        pytest.approx(500)
+
+
+def test_a_window_at_its_ceiling_after_a_loss_is_the_windows():
+    """A loss that did not cut the window (undone, or a clamp below the cut) leaves the
+    window-limited time to the window: CI saw a cwnd clamped at 40 throughout, one fast
+    retransmit undone, called 58% loss recovery."""
+    s = pd.DataFrame({"ts_ns": [50 * US, 150 * US, 150 * US],
+                      "source": ["exact", "estimated", "exact"],
+                      "cwnd": [14.0, np.nan, 14.0], "inflight_bytes": [np.nan, 20_000.0, np.nan],
+                      "rwnd": [np.nan, 1_000_000.0, np.nan]})
+    sg, cm = segs((100, 10, 10), (690, 10, 10)), cmds([(0, 100, 780)])
+    t = run(sg, cm, samples=s, first_loss_ns=120 * US)
+    assert t["tcp_cwnd"] == pytest.approx(500) and "tcp_loss_recovery" not in t
+    # Without probes, bytes in flight tell the same: at their ceiling the window's, well
+    # below it the loss's.
+    est = pd.DataFrame({"ts_ns": [50 * US, 150 * US], "source": ["estimated"] * 2,
+                        "cwnd": [np.nan] * 2, "inflight_bytes": [20_000.0, 20_000.0],
+                        "rwnd": [1_000_000.0] * 2})
+    t = run(sg, cm, samples=est, first_loss_ns=120 * US)
+    assert t["tcp_window"] == pytest.approx(500) and "tcp_loss_recovery" not in t
+    cut = est.assign(inflight_bytes=[40_000.0, 20_000.0])
+    assert run(sg, cm, samples=cut, first_loss_ns=120 * US)["tcp_loss_recovery"] == \
         pytest.approx(500)
 
 

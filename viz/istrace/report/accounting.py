@@ -33,6 +33,8 @@ LOSS_STATES = ("Recovery", "Loss")
 # In flight within 10% of a window counts as that window being full (one MSS of slack at the
 # small windows a limit shows up with).
 FULL = 0.9
+# after a loss, a window below this share of its ceiling on the connection is the loss's cut
+CUT = 0.9
 # A burst sent at >= 75% of the path's capacity is the link doing its job.
 AT_CAPACITY = 0.75
 # A process using >= 90% of the CPU it may use is saturated.
@@ -191,6 +193,34 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarr
         # (ss -ti) tell these apart (_chrono_cause).
         cause[todo & ~full] = "tcp_sndbuf_or_app"
     return cause
+
+
+def _below_ceiling(samples: pd.DataFrame, at: np.ndarray) -> np.ndarray:
+    """For each time in `at`: whether the sender's window is below CUT of the highest it
+    reached on the connection. After a loss a window held below that is the loss's doing (a
+    loss-free sender's window would have grown on); one at its ceiling is held there by
+    something else: a clamp, a limit of the congestion control. (A CI capture with one fast
+    retransmit, undone, and cwnd clamped at 40 throughout had 58% of its time called loss
+    recovery.) From the exact congestion window when the probes gave it, else from the bytes
+    in flight (their 99th percentile: one burst is not a ceiling). Not known: True."""
+    below = np.ones(len(at), bool)
+    if samples is None or samples.empty or not len(at):
+        return below
+    s = samples.sort_values("ts_ns", kind="stable")
+    src = s["source"].astype(str)
+    ex = s[(src == "exact") & s["cwnd"].notna()]
+    if not ex.empty:
+        ts, level = ex["ts_ns"].to_numpy(np.int64), ex["cwnd"].to_numpy(np.float64)
+        top = float(level.max())
+    else:
+        est = s[(src == "estimated") & s["inflight_bytes"].notna()]
+        if est.empty:
+            return below
+        ts, level = est["ts_ns"].to_numpy(np.int64), est["inflight_bytes"].to_numpy(np.float64)
+        top = float(np.percentile(level, 99))
+    now = _asof(ts, level, at)
+    with np.errstate(invalid="ignore"):
+        return ~(now >= CUT * top)
 
 
 def _inside(spans: tuple[np.ndarray, np.ndarray] | None, a: np.ndarray,
@@ -426,8 +456,9 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
             why[np.isin(why, ["tcp_sndbuf_or_pacing", "tcp_sndbuf_or_app"])] = f"host_cpu_{host}"
         if first_loss_ns is not None:
             # A congestion window held small after a loss is the loss's doing (the window was
-            # cut), not slow start's.
-            after = ga[pending] >= first_loss_ns
+            # cut), not slow start's; one at its ceiling (never cut: the loss undone, a
+            # clamp) is the window's own.
+            after = (ga[pending] >= first_loss_ns) & _below_ceiling(samples, pa)
             why[after & np.isin(why, ["tcp_cwnd", "tcp_window"])] = "tcp_loss_recovery"
         for cause in np.unique(why):
             acc.add(str(cause), float(gap_left[pending][why == cause].sum()))
