@@ -7,7 +7,6 @@ become instant ("i") events on their layer's track.
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -29,16 +28,9 @@ def _tid(layer: str) -> int:
     return LAYERS.index(layer) + 1 if layer in LAYERS else len(LAYERS) + 1
 
 
-def trace_events(spans: pd.DataFrame, instants: pd.DataFrame | None = None,
-                 max_instants: int = MAX_INSTANTS) -> list[dict | str]:
-    """spans: data.SPAN_COLUMNS; instants: ts_ns, host, layer, event (+ cmd). ts in us. The
-    instants come as JSON text already (built column-wise), the rest as dicts."""
-    out: list[dict | str] = []
-    starts = [int(spans["start_ns"].min())] if not spans.empty else []
-    if instants is not None and not instants.empty:
-        starts.append(int(instants["ts_ns"].min()))
-    t0 = min(starts) if starts else 0
-    used: set[tuple[str, str]] = set()
+def _span_events(spans: pd.DataFrame, t0: int) -> tuple[list[dict], set[tuple[str, str]]]:
+    """Each span as a complete event, and the (host, layer) tracks they use."""
+    out, used = [], set()
     for r in spans.itertuples():
         layer = "store" if r.row == "target backing store" else r.layer
         used.add((r.host, layer))
@@ -51,11 +43,12 @@ def trace_events(spans: pd.DataFrame, instants: pd.DataFrame | None = None,
         if not pd.isna(r.bytes):
             ev["args"]["bytes"] = int(r.bytes)
         out.append(ev)
-    if instants is not None and not instants.empty:
-        ins = _bounded(instants, max_instants)
-        host, layer = ins["host"].astype(str), ins["layer"].astype(str)
-        used.update(pd.MultiIndex.from_arrays([host, layer]).unique())
-        out.extend(_instants_json(ins["ts_ns"], host, layer, ins["event"].astype(str), t0))
+    return out, used
+
+
+def _track_events(used: set[tuple[str, str]]) -> list[dict]:
+    """The metadata events naming and ordering each process (host) and thread (layer)."""
+    out: list[dict] = []
     for host, pid in PIDS.items():
         out.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": host}})
         out.append({"name": "process_sort_index", "ph": "M", "pid": pid,
@@ -68,18 +61,22 @@ def trace_events(spans: pd.DataFrame, instants: pd.DataFrame | None = None,
     return out
 
 
-def _instants_json(ts_ns: pd.Series, host: pd.Series, layer: pd.Series, name: pd.Series,
-                   t0: int) -> list[str]:
-    """Each instant's JSON object, built column by column: a million instants as dicts took
-    seconds. Names, layers and hosts are a few labels, each JSON-encoded once."""
-    def once(s: pd.Series, enc: Any) -> pd.Series:
-        return s.map({v: enc(v) for v in pd.unique(s)})
+def _kinds(instants: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, str]]]:
+    """Each instant's kind (host, layer, event) as a code, and the kinds: a million instants
+    are a few dozen kinds, each formatted once."""
+    codes, uniq = pd.MultiIndex.from_arrays(
+        [instants["host"], instants["layer"], instants["event"]]).factorize()
+    return codes.astype(np.int64), [(str(h), str(la), str(e)) for h, la, e in uniq]
 
-    ts = ((ts_ns.astype(np.int64) - t0) / 1e3).astype(float).map(repr)
-    return ('{"name":' + once(name, json.dumps) + ',"cat":' + once(layer, json.dumps) +
-            ',"ph":"i","s":"t","ts":' + ts + ',"pid":' +
-            once(host, lambda h: str(PIDS.get(h, 9))) + ',"tid":' +
-            once(layer, lambda x: str(_tid(x))) + "}").tolist()
+
+def _instant_lines(ts_ns: np.ndarray, codes: np.ndarray, heads: np.ndarray,
+                   tails: np.ndarray, t0: int) -> str:
+    """One chunk of instants as JSON objects joined by commas. The time is written in
+    microseconds with the nanoseconds as three decimals, exact (no float rounding)."""
+    d = ts_ns - t0
+    us = pd.Series(d // 1000).astype(str).to_numpy(object)
+    ns = pd.Series(d % 1000 + 1000).astype(str).str[1:].to_numpy(object)
+    return ",".join(heads[codes] + us + "." + ns + tails[codes])
 
 
 def _bounded(instants: pd.DataFrame, most: int) -> pd.DataFrame:
@@ -143,21 +140,43 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
     return pd.concat([p for p in parts if not p.empty] or [parts[0]], ignore_index=True)
 
 
-def write_trace(path: Path, spans: pd.DataFrame, instants: pd.DataFrame | None) -> int:
-    events = trace_events(spans if spans is not None else pd.DataFrame(
-        columns=data.SPAN_COLUMNS), instants)
-    # json.dumps (the C encoder) a chunk at a time: json.dump's pure-Python encoder took
-    # half a minute on a million events, one string of them all would hold them twice
-    chunk = 100_000
+def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame | None,
+                max_instants: int = MAX_INSTANTS, chunk: int = 100_000) -> int:
+    """Write the trace: spans (data.SPAN_COLUMNS) as complete events, instants (ts_ns, host,
+    layer, event) as instant events on their layer's track, times in us from the earliest.
+    The instants are formatted and written a chunk at a time, column-wise: a million of
+    them as dicts took seconds, as one list of strings hundreds of MB. Returns the count."""
+    spans = spans if spans is not None else pd.DataFrame(columns=data.SPAN_COLUMNS)
+    ins = _bounded(instants, max_instants) if instants is not None and not instants.empty \
+        else None
+    starts = [int(spans["start_ns"].min())] if not spans.empty else []
+    if ins is not None:
+        ts = ins["ts_ns"].to_numpy(np.int64)
+        starts.append(int(ts.min()))
+    t0 = min(starts) if starts else 0
+    head, used = _span_events(spans, t0)
+    n = len(head)
     with open(path, "w") as f:
         f.write('{"traceEvents":[')
-        first = True
-        for is_text, run in itertools.groupby(events, key=lambda e: isinstance(e, str)):
-            items = list(run)
-            for i in range(0, len(items), chunk):
-                part = items[i:i + chunk]
-                f.write(("" if first else ",") + (",".join(part) if is_text else
-                        json.dumps(part, separators=(",", ":"))[1:-1]))
+        # json.dumps (the C encoder) a chunk at a time: json.dump's pure-Python encoder
+        # took half a minute on a million events
+        parts = [json.dumps(head[i:i + chunk], separators=(",", ":"))[1:-1]
+                 for i in range(0, len(head), chunk)]
+        f.write(",".join(parts))
+        first = not parts
+        if ins is not None:
+            codes, kinds = _kinds(ins)
+            used.update((h, la) for h, la, _ in kinds)
+            heads = np.array(['{"name":' + json.dumps(e) + ',"cat":' + json.dumps(la)
+                              + ',"ph":"i","s":"t","ts":' for _, la, e in kinds], object)
+            tails = np.array([f',"pid":{PIDS.get(h, 9)},"tid":{_tid(la)}}}'
+                              for h, la, _ in kinds], object)
+            for i in range(0, len(ts), chunk):
+                f.write(("" if first else ",") + _instant_lines(
+                    ts[i:i + chunk], codes[i:i + chunk], heads, tails, t0))
                 first = False
+            n += len(ts)
+        meta = _track_events(used)
+        f.write(("" if first else ",") + json.dumps(meta, separators=(",", ":"))[1:-1])
         f.write('],"displayTimeUnit":"ms"}')
-    return len(events)
+    return n + len(meta)
