@@ -682,20 +682,37 @@ def _paired_spans(events: pd.DataFrame) -> pd.DataFrame:
     ev = ev[~ev.set_index(["host", "layer"]).index.map(has_lat).to_numpy(dtype=bool)]
     if ev.empty:
         return known
-    ev = ev.sort_values("ts_ns", kind="stable")
-    # A tag reused later starts a new span: split where the event after a *done* repeats it.
-    out = []
-    for _key, g in ev.groupby(["host", "layer", "itt"], sort=False):
-        done_mark = g["event"].astype(str).str.contains("done|complete|rsp|resp")
-        seg = np.concatenate([[0], np.cumsum(done_mark.to_numpy()[:-1])])
-        for _, part in g.groupby(seg):
-            if len(part) < 2:
-                continue
-            last = part.iloc[-1].copy()
-            last["lat_ns"] = int(part["ts_ns"].iloc[-1] - part["ts_ns"].iloc[0])
-            out.append(last)
-    generic = pd.DataFrame(out) if out else ev.iloc[0:0]
+    generic = _tag_spans(ev.sort_values("ts_ns", kind="stable"))
     return pd.concat([known, generic]) if not known.empty else generic
+
+
+def _tag_spans(ev: pd.DataFrame) -> pd.DataFrame:
+    """One span per (host, layer, task tag) from its first event to its last, as the last
+    event's row with lat_ns set; a tag reused later starts a new span after a *done* event.
+    `ev` in time order; the spans come in the order of their tags' first events. Column-wise:
+    a full-rate capture has tens of thousands of commands (a loop over them took seconds)."""
+    if ev.empty:
+        return ev.iloc[0:0]
+    codes = [pd.factorize(ev[c])[0] for c in ("host", "layer", "itt")]
+    order = np.lexsort((np.arange(len(ev)), codes[2], codes[1], codes[0]))
+    key = np.stack([c[order] for c in codes])
+    ev_codes, ev_names = pd.factorize(ev["event"].astype(str))
+    done = np.asarray(ev_names.str.contains("done|complete|rsp|resp"), bool)[ev_codes][order]
+    new = np.ones(len(order), bool)
+    new[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0) | done[:-1]
+    seg = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    last = np.concatenate([first[1:], [len(order)]]) - 1
+    keep = last > first                        # two events at least
+    ts = ev["ts_ns"].to_numpy(np.int64)[order]
+    rows = ev.iloc[order[last[keep]]].copy()
+    rows["lat_ns"] = ts[last[keep]] - ts[first[keep]]
+    # the original order: tags by their first event, then each tag's spans in time
+    tag_start = np.minimum.reduceat(order, np.flatnonzero(np.concatenate(
+        [[True], (key[:, 1:] != key[:, :-1]).any(axis=0)])))
+    tag_of = np.cumsum(np.concatenate([[True], (key[:, 1:] != key[:, :-1]).any(axis=0)])) - 1
+    rank = np.lexsort((seg[first[keep]], tag_start[tag_of[first[keep]]]))
+    return rows.iloc[rank]
 
 
 def _known_pairs(events: pd.DataFrame) -> pd.DataFrame:
