@@ -81,6 +81,33 @@ static unsigned long long read_lost(void)
 	return sum;
 }
 
+static int open_streams(void)
+{
+	int i;
+
+	for (i = 0; i < nstreams; i++) {
+		streams[i].f = fopen(streams[i].path, "w");
+		if (!streams[i].f) {
+			fprintf(stderr, "istrace-probe: %s %s: %s\n", i ? "--peer-out" : "--out",
+				streams[i].path, strerror(errno));
+			return -1;
+		}
+		setvbuf(streams[i].f, NULL, _IOFBF, 1 << 20);
+	}
+	return 0;
+}
+
+/* 0, or 1 when a stream could not be written out whole */
+static int close_streams(void)
+{
+	int i, bad = 0;
+
+	for (i = 0; i < nstreams; i++)
+		if (streams[i].f && fclose(streams[i].f))
+			bad = 1;
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned long long lost = 0, last_lost = 0;
@@ -147,16 +174,18 @@ int main(int argc, char **argv)
 		csv_out = opt.format ? !strcmp(opt.format, "csv")
 				     : n > 4 && !strcmp(opt.out + n - 4, ".csv");
 	}
-	out = fopen(opt.out, "w");
-	if (!out) {
-		fprintf(stderr, "istrace-probe: --out %s: %s\n", opt.out, strerror(errno));
+	streams[nstreams++] = (struct stream){ .path = opt.out, .host = opt.host,
+					       .netns = filt.netns };
+	if (opt.peer_out)
+		streams[nstreams++] = (struct stream){ .path = opt.peer_out,
+						       .host = opt.peer_host,
+						       .netns = filt.netns2 };
+	if (open_streams())
 		return 1;
-	}
-	setvbuf(out, NULL, _IOFBF, 1 << 20);
 
 	if (setup()) {
 		teardown();
-		fclose(out);
+		close_streams();
 		return 1;
 	}
 	/* traced tgids and syscalls go into maps only now that the object is loaded */
@@ -177,18 +206,24 @@ int main(int argc, char **argv)
 	if (!rb) {
 		fprintf(stderr, "istrace-probe: ring buffer: %s\n", strerror(errno));
 		teardown();
-		fclose(out);
+		close_streams();
 		return 1;
 	}
 	measure_clock();
 	report_hooks();
-	/* the side file first: a reader that sees the stream's meta line finds it complete */
-	write_meta_json(0, "running");
-	write_meta_line();
+	/* the side file first: a reader that sees the stream's meta line finds it complete;
+	 * the second host's stream before the first's, which the caller waits on */
+	for (i = (size_t)nstreams; i-- > 0;) {
+		cur = &streams[i];
+		write_meta_json(0, "running");
+		write_meta_line();
+	}
 	for (i = 0; i < NHOOKS; i++)
 		any |= hooks[i].link != NULL;
-	fprintf(stderr, "istrace-probe: streaming to %s%s\n", opt.out,
-		any ? "" : " (no hook attached: the stream will hold only meta lines)");
+	for (i = 0; i < (size_t)nstreams; i++)
+		fprintf(stderr, "istrace-probe: streaming %s's events to %s%s\n", streams[i].host,
+			streams[i].path,
+			any ? "" : " (no hook attached: the stream will hold only meta lines)");
 
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
@@ -206,25 +241,33 @@ int main(int argc, char **argv)
 		now = ts_ns(CLOCK_MONOTONIC);
 		if (now >= t_stats) {
 			lost = read_lost();
-			write_counter("lost", lost);
+			for (i = 0; i < (size_t)nstreams; i++) {
+				cur = &streams[i];
+				write_counter("lost", lost);
+			}
 			if (lost != last_lost)
 				fprintf(stderr, "istrace-probe: %llu events lost so far "
 					"(ring buffer full; raise --ringbuf-mb)\n", lost);
 			last_lost = lost;
 			t_stats = now + (__s64)(opt.stats_interval * 1e9);
 		}
-		fflush(out); /* one batch at a time: kill -9 loses at most this batch */
+		for (i = 0; i < (size_t)nstreams; i++) /* kill -9 loses at most this batch */
+			fflush(streams[i].f);
 		if (t_end && now >= t_end)
 			break;
 	}
 	/* drain what is already in the ring, then the final count */
 	ring_buffer__consume(rb);
 	lost = read_lost();
-	write_counter("end", lost);
-	fflush(out);
-	write_meta_json(lost, "done");
-	fprintf(stderr, "istrace-probe: %llu events written, %llu lost\n", nevents, lost);
+	for (i = 0; i < (size_t)nstreams; i++) {
+		cur = &streams[i];
+		write_counter("end", lost);
+		fflush(cur->f);
+		write_meta_json(lost, "done");
+		fprintf(stderr, "istrace-probe: %llu %s events written, %llu lost (all hosts)\n",
+			cur->nevents, cur->host, lost);
+	}
 	teardown();
 	btf__free(vmlinux_btf);
-	return fclose(out) ? 1 : 0;
+	return close_streams();
 }

@@ -50,12 +50,16 @@ struct hook {
 	int chosen;            /* index into v, or -1 */
 	bool wanted;
 	bool optional;         /* off unless --enable names it (costly, read by no analysis) */
+	const char *why_optional; /* what it would cost and where its fact is found instead */
 	char off_reason[160];  /* why the hook as a whole is off */
 	struct bpf_link *link;
 };
 
 struct options {
 	const char *out, *host, *layers, *usdt_path, *tgtd, *libiscsi, *block_dev;
+	/* a second host in another namespace of this kernel, written to its own stream */
+	const char *peer_out, *peer_host;
+	char peer_netns_path[4096];
 	const char *disable[MAX_DISABLE];
 	int ndisable;
 	const char *enable[MAX_DISABLE];
@@ -157,10 +161,24 @@ struct record {
 	bool set[C_N];
 };
 
+/* One host's event stream.  A probe writes one, or two on a one-kernel testbed (--peer-*):
+ * there one set of programs serves both ends, each program running once per call instead
+ * of once per probe, and the second host's events go to a file of their own, the file a
+ * second probe would have written. */
+struct stream {
+	const char *path, *host;
+	FILE *f;
+	__u32 netns;
+	unsigned long long nevents;
+};
+#define MAX_STREAMS 2
+extern struct stream streams[MAX_STREAMS];
+extern int nstreams;
+extern struct stream *cur; /* the stream rec_write and the meta writers write to */
+
 extern struct record rec;
-extern FILE *out;
 extern bool csv_out;
-extern unsigned long long nevents, nbad;
+extern unsigned long long nbad;
 
 static inline void rec_clear(void)
 {

@@ -29,6 +29,10 @@ static void usage(FILE *f)
 "  --host NAME          host column (initiator, target, ...); default initiator\n"
 "  --netns NS           trace sockets and tasks of this network namespace\n"
 "                       (name under /run/netns, or a path like /proc/PID/ns/net)\n"
+"  --peer-host NAME --peer-netns NS --peer-out FILE\n"
+"                       both ends in namespaces of this kernel (a testbed): trace the\n"
+"                       second end's sockets and tasks too, with the same programs, and\n"
+"                       write its events to FILE as host NAME\n"
 "  --pid P              trace syscalls/user probes of this tgid (repeatable)\n"
 "  --cgroup PATH        trace syscalls/user probes/block requests of the tasks in this\n"
 "                       cgroup v2 directory (a workload started in it, forks included);\n"
@@ -42,8 +46,9 @@ static void usage(FILE *f)
 "  --block-all          block requests of every task (default: only those a traced\n"
 "                       task queued, when --pid/--netns/--tgtd is given)\n"
 "  --duration S         stop after S seconds (default: until SIGINT/SIGTERM)\n"
-"  --disable HOOK       do not attach HOOK (repeatable; see --list-hooks)\n"
-"  --enable HOOK        attach HOOK, one that is off by default (tgt_rx, tgt_tx)\n"
+"  --disable HOOK[,..]  do not attach HOOK (repeatable; see --list-hooks)\n"
+"  --enable HOOK[,..]   attach HOOK, one that is off by default (tgt_rx, tgt_tx,\n"
+"                       tgt_execute, usdt_cmd_first_data)\n"
 "  --skip-variant KIND  never use this attach method (tp_btf, raw_tp, tracepoint,\n"
 "                       fentry, kprobe...): exercises the fallbacks\n"
 "  --ringbuf-mb N       ring buffer size (default 16)\n"
@@ -64,12 +69,51 @@ static void usage(FILE *f)
 "  -v, --verbose        libbpf messages on stderr\n");
 }
 
+enum { OPT_PEER_NETNS = 256, OPT_PEER_OUT, OPT_PEER_HOST };
+
+/* A network namespace by name (under /run/netns) or path: its inode, and the path. */
+static int netns_arg(const char *option, const char *arg, char *path, __u32 *ino)
+{
+	struct stat st;
+
+	if (strchr(arg, '/'))
+		snprintf(path, PATH_MAX, "%s", arg);
+	else
+		snprintf(path, PATH_MAX, "/run/netns/%s", arg);
+	if (stat(path, &st)) {
+		fprintf(stderr, "istrace-probe: %s %s: %s: %s\n", option, arg, path,
+			strerror(errno));
+		return -1;
+	}
+	*ino = (__u32)st.st_ino;
+	return 0;
+}
+
+/* One --enable/--disable argument: a name or a comma-separated list (split in place). */
+static int add_names(const char **list, int *n, char *arg, const char *option)
+{
+	char *save = NULL, *name;
+
+	for (name = strtok_r(arg, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+		if (*n >= MAX_DISABLE) {
+			fprintf(stderr, "istrace-probe: %s: more than %d names\n", option,
+				MAX_DISABLE);
+			return -1;
+		}
+		list[(*n)++] = name;
+	}
+	return 0;
+}
+
 int parse_args(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "out", required_argument, NULL, 'o' },
 		{ "host", required_argument, NULL, 'H' },
 		{ "netns", required_argument, NULL, 'n' },
+		{ "peer-netns", required_argument, NULL, OPT_PEER_NETNS },
+		{ "peer-out", required_argument, NULL, OPT_PEER_OUT },
+		{ "peer-host", required_argument, NULL, OPT_PEER_HOST },
 		{ "pid", required_argument, NULL, 'p' },
 		{ "cgroup", required_argument, NULL, 'g' },
 		{ "port", required_argument, NULL, 'P' },
@@ -103,25 +147,18 @@ int parse_args(int argc, char **argv)
 		case 'o': opt.out = optarg; break;
 		case 'E': filt.sys_entries = 1; break;
 		case 'H': opt.host = optarg; break;
-		case 'n': {
-			char path[PATH_MAX];
-			struct stat st;
-
-			if (strchr(optarg, '/'))
-				snprintf(path, sizeof(path), "%s", optarg);
-			else
-				snprintf(path, sizeof(path), "/run/netns/%s", optarg);
-			if (stat(path, &st)) {
-				fprintf(stderr, "istrace-probe: --netns %s: %s: %s\n", optarg, path,
-					strerror(errno));
+		case 'n':
+			if (netns_arg("--netns", optarg, opt.netns_path, &filt.netns))
 				return -1;
-			}
-			filt.netns = (__u32)st.st_ino;
 			filt.netns_tasks = 1;
 			opt.netns_given = 1;
-			snprintf(opt.netns_path, sizeof(opt.netns_path), "%s", path);
 			break;
-		}
+		case OPT_PEER_NETNS:
+			if (netns_arg("--peer-netns", optarg, opt.peer_netns_path, &filt.netns2))
+				return -1;
+			break;
+		case OPT_PEER_OUT: opt.peer_out = optarg; break;
+		case OPT_PEER_HOST: opt.peer_host = optarg; break;
 		case 'g': {
 			struct stat st;
 
@@ -169,12 +206,12 @@ int parse_args(int argc, char **argv)
 			}
 			break;
 		case 'x':
-			if (opt.ndisable < MAX_DISABLE)
-				opt.disable[opt.ndisable++] = optarg;
+			if (add_names(opt.disable, &opt.ndisable, optarg, "--disable"))
+				return -1;
 			break;
 		case 'e':
-			if (opt.nenable < MAX_DISABLE)
-				opt.enable[opt.nenable++] = optarg;
+			if (add_names(opt.enable, &opt.nenable, optarg, "--enable"))
+				return -1;
 			break;
 		case 'r':
 			v = strtol(optarg, &end, 10);
@@ -238,6 +275,16 @@ int parse_args(int argc, char **argv)
 	}
 	if (!opt.out && !opt.list) {
 		fprintf(stderr, "istrace-probe: --out FILE is required\n");
+		return -1;
+	}
+	if ((opt.peer_out || opt.peer_host || filt.netns2) &&
+	    !(opt.peer_out && opt.peer_host && filt.netns2 && filt.netns)) {
+		fprintf(stderr, "istrace-probe: a second host needs --peer-host, --peer-netns and "
+			"--peer-out together, and --netns for the first\n");
+		return -1;
+	}
+	if (filt.netns2 && filt.netns2 == filt.netns) {
+		fprintf(stderr, "istrace-probe: --peer-netns is --netns's namespace\n");
 		return -1;
 	}
 	return 0;

@@ -102,6 +102,16 @@ static void fmt_addr(char *buf, size_t n, int family, const __u8 *a, __u16 port)
 		snprintf(buf, n, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3], port);
 }
 
+/* Whose event: a socket's by its namespace, a task's or block request's by F_PEER. */
+static int stream_of(const struct istrace_event *e)
+{
+	if (nstreams < 2)
+		return 0;
+	if (e->flags & F_PEER)
+		return 1;
+	return (e->flags & F_CONN) && e->netns && e->netns == streams[1].netns;
+}
+
 int handle_event(void *ctx, void *data, size_t len)
 {
 	const struct istrace_event *e = data;
@@ -119,9 +129,10 @@ int handle_event(void *ctx, void *data, size_t len)
 	f = e->flags;
 	block = !strcmp(info->layer, "block");
 	syscall = !strcmp(info->layer, "syscall");
+	cur = &streams[stream_of(e)];
 	rec_clear();
 	put_i(C_TS, (__s64)e->ts_ns + clock_offset_ns);
-	put_s(C_HOST, opt.host);
+	put_s(C_HOST, cur->host);
 	put_s(C_LAYER, info->layer);
 	if (syscall) {
 		/* "<call>_enter"/"<call>_exit", made once per call and kind */
@@ -248,6 +259,6 @@ int handle_event(void *ctx, void *data, size_t len)
 		put_i(C_STATUS, e->status);
 	put_s(C_SOURCE, "probe");
 	rec_write();
-	nevents++;
+	cur->nevents++;
 	return 0;
 }

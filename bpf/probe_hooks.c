@@ -36,10 +36,12 @@ const char *const kind_name[V_NKINDS] = {
 	.v = { { .kind = V_FENTRY, .prog = p "_fentry" }, { .kind = V_KPROBE, .prog = p "_kp" } } }
 #define USER(n, l, t, b, k, p) { .name = n, .layer = l, .target = t, .bin = b, \
 	.v = { { .kind = k, .prog = p } } }
-/* tgtd's rx/tx handlers run for every PDU: a uprobe trap each on tgtd's busiest thread, for
- * a time stamp no analysis reads, so they are attached only when asked for (--enable) */
-#define USER_OPT(n, l, t, b, k, p) { .name = n, .layer = l, .target = t, .bin = b, \
-	.v = { { .kind = k, .prog = p } }, .optional = true }
+/* User-space probes whose trap costs more than their fact is worth (a uprobe or USDT hit is
+ * ~0.6 us on the traced thread, the pipeline's busiest): attached only when asked for
+ * (--enable NAME), and the hook table says why and where the fact is found instead */
+#define USER_OPT(n, l, t, b, k, p, why) { .name = n, .layer = l, .target = t, .bin = b, \
+	.v = { { .kind = k, .prog = p } }, .optional = true, .why_optional = why }
+#define PER_PDU "a trap per PDU on tgtd's network thread; no analysis reads it"
 
 struct hook hooks[] = {
 	{ .name = "tcp_probe", .layer = "tcp", .target = "tcp_probe", .bin = BIN_KERNEL,
@@ -72,12 +74,15 @@ struct hook hooks[] = {
 	KP("lio_data_in", "iscsi", "lio_queue_data_in", "lio_data_in"),
 	KP("lio_bs_submit", "scsi", "fd_execute_rw", "lio_bs_submit"),
 	USER("usdt_cmd_issue", "scsi", "cmd_issue", BIN_GEN, V_USDT, "usdt_cmd_issue"),
-	USER("usdt_cmd_first_data", "scsi", "cmd_first_data", BIN_GEN, V_USDT,
-	     "usdt_cmd_first_data"),
+	USER_OPT("usdt_cmd_first_data", "scsi", "cmd_first_data", BIN_GEN, V_USDT,
+		 "usdt_cmd_first_data", "a trap per command; the PDU table has each command's "
+		 "first data"),
 	USER("usdt_cmd_done", "scsi", "cmd_done", BIN_GEN, V_USDT, "usdt_cmd_done"),
-	USER_OPT("tgt_rx", "iscsi", "iscsi_rx_handler", BIN_TGTD, V_UPROBE, "tgt_rx"),
-	USER_OPT("tgt_tx", "iscsi", "iscsi_tx_handler", BIN_TGTD, V_UPROBE, "tgt_tx"),
-	USER("tgt_execute", "iscsi", "iscsi_scsi_cmd_execute", BIN_TGTD, V_UPROBE, "tgt_execute"),
+	USER_OPT("tgt_rx", "iscsi", "iscsi_rx_handler", BIN_TGTD, V_UPROBE, "tgt_rx", PER_PDU),
+	USER_OPT("tgt_tx", "iscsi", "iscsi_tx_handler", BIN_TGTD, V_UPROBE, "tgt_tx", PER_PDU),
+	USER_OPT("tgt_execute", "iscsi", "iscsi_scsi_cmd_execute", BIN_TGTD, V_UPROBE,
+		 "tgt_execute", "a trap per command on tgtd's network thread, just before "
+		 "tgt_cmd_queue, which carries the same fields"),
 	USER("tgt_cmd_queue", "scsi", "target_cmd_queue", BIN_TGTD, V_UPROBE, "tgt_cmd_queue"),
 	USER("tgt_bs_submit", "scsi", "bs_thread_cmd_submit", BIN_TGTD, V_UPROBE, "tgt_bs_submit"),
 	USER("tgt_io_done", "scsi", "target_cmd_io_done", BIN_TGTD, V_UPROBE, "tgt_io_done"),
@@ -144,8 +149,7 @@ void select_hooks(void)
 		if (h->wanted && h->optional && !hook_named(opt.enable, opt.nenable, h)) {
 			h->wanted = false;
 			snprintf(h->off_reason, sizeof(h->off_reason),
-				 "off by default (a trap per PDU; no analysis reads it): --enable %s",
-				 h->name);
+				 "off by default (%s): --enable %s", h->why_optional, h->name);
 		}
 		if (h->wanted && !strcmp(h->layer, "syscall") && !opt.npids && !opt.netns_given &&
 		    !opt.cgroup_given) {

@@ -13,9 +13,11 @@
 
 #include "probe.h"
 
-FILE *out;
+struct stream streams[MAX_STREAMS];
+int nstreams;
+struct stream *cur = &streams[0];
 bool csv_out;
-unsigned long long nevents, nbad;
+unsigned long long nbad;
 struct record rec;
 
 static const char *const col_name[C_N] = {
@@ -92,7 +94,7 @@ static void json_fputs(const char *s, size_t max)
 	char buf[6 * 256 + 2];
 	size_t n = strnlen(s, max < 256 ? max : 256);
 
-	fwrite(buf, 1, (size_t)(json_str(buf, s, n) - buf), out);
+	fwrite(buf, 1, (size_t)(json_str(buf, s, n) - buf), cur->f);
 }
 
 static void csv_header(void)
@@ -100,8 +102,8 @@ static void csv_header(void)
 	int c;
 
 	for (c = 0; c < C_N; c++)
-		fprintf(out, "%s%s", c ? "," : "", col_name[c]);
-	fputc('\n', out);
+		fprintf(cur->f, "%s%s", c ? "," : "", col_name[c]);
+	fputc('\n', cur->f);
 }
 
 void rec_write(void)
@@ -124,7 +126,7 @@ void rec_write(void)
 			}
 		}
 		*o++ = '\n';
-		fwrite_unlocked(line, 1, (size_t)(o - line), out);
+		fwrite_unlocked(line, 1, (size_t)(o - line), cur->f);
 		return;
 	}
 	if (!key[0].len) { /* `{"name":` / `,"name":`, and the same with null, once */
@@ -153,7 +155,7 @@ void rec_write(void)
 	}
 	*o++ = '}';
 	*o++ = '\n';
-	fwrite_unlocked(line, 1, (size_t)(o - line), out);
+	fwrite_unlocked(line, 1, (size_t)(o - line), cur->f);
 }
 
 void write_meta_line(void)
@@ -169,7 +171,7 @@ void write_meta_line(void)
 		csv_header();
 		rec_clear();
 		put_i(C_TS, ts_ns(CLOCK_REALTIME));
-		put_s(C_HOST, opt.host);
+		put_s(C_HOST, cur->host);
 		put_s(C_LAYER, "meta");
 		put_s(C_EVENT, "meta");
 		put_i(C_PID, getpid());
@@ -180,54 +182,54 @@ void write_meta_line(void)
 		put_s(C_REASON, why);
 		put_s(C_SOURCE, "probe");
 		rec_write();
-		fflush(out);
+		fflush(cur->f);
 		return;
 	}
-	fprintf(out, "{\"ts_ns\":%lld,\"host\":", (long long)ts_ns(CLOCK_REALTIME));
-	json_fputs(opt.host, 64);
-	fprintf(out, ",\"layer\":\"meta\",\"event\":\"meta\",\"pid\":%d,\"comm\":\"istrace-probe\","
+	fprintf(cur->f, "{\"ts_ns\":%lld,\"host\":", (long long)ts_ns(CLOCK_REALTIME));
+	json_fputs(cur->host, 64);
+	fprintf(cur->f, ",\"layer\":\"meta\",\"event\":\"meta\",\"pid\":%d,\"comm\":\"istrace-probe\","
 		"\"clock_offset_ns\":%lld,\"clock_method\":\"bpf_ktime_get_ns (CLOCK_MONOTONIC) + "
 		"offset; offset = CLOCK_REALTIME - CLOCK_MONOTONIC from the tightest of 32 "
 		"realtime/monotonic/realtime reads at load\",\"clock_uncertainty_ns\":%llu,"
 		"\"kernel\":", getpid(), (long long)clock_offset_ns,
 		(unsigned long long)(clock_width_ns / 2 + 1));
 	json_fputs(u.release, sizeof(u.release));
-	fprintf(out, ",\"netns\":%u,\"port\":%d,\"hooks\":{", filt.netns, opt.port);
+	fprintf(cur->f, ",\"netns\":%u,\"port\":%d,\"hooks\":{", cur->netns, opt.port);
 	for (i = 0; i < NHOOKS; i++) {
 		const struct hook *h = &hooks[i];
 
 		if (!h->wanted && !h->off_reason[0])
 			continue;
-		fprintf(out, "%s\"%s\":", first ? "" : ",", h->name);
+		fprintf(cur->f, "%s\"%s\":", first ? "" : ",", h->name);
 		first = 0;
 		if (h->link) {
-			fprintf(out, "\"%s\"", kind_name[h->v[h->chosen].kind]);
+			fprintf(cur->f, "\"%s\"", kind_name[h->v[h->chosen].kind]);
 		} else {
 			hook_why(h, why, sizeof(why));
-			fputs("\"not attached: ", out);
-			fflush(out);
+			fputs("\"not attached: ", cur->f);
+			fflush(cur->f);
 			/* reuse the escaper without its quotes */
 			for (char *c = why; *c; c++)
 				if (*c == '"' || *c == '\\')
 					*c = '\'';
-			fprintf(out, "%s\"", why);
+			fprintf(cur->f, "%s\"", why);
 		}
 	}
-	fputs("},\"source\":\"probe\"}\n", out);
-	fflush(out);
+	fputs("},\"source\":\"probe\"}\n", cur->f);
+	fflush(cur->f);
 }
 
 void write_counter(const char *event, unsigned long long lost)
 {
 	rec_clear();
 	put_i(C_TS, ts_ns(CLOCK_REALTIME));
-	put_s(C_HOST, opt.host);
+	put_s(C_HOST, cur->host);
 	put_s(C_LAYER, "meta");
 	put_s(C_EVENT, event);
 	put_i(C_PID, getpid());
 	put_s(C_COMM, "istrace-probe");
 	put_u(C_LOST, lost);
-	put_u(C_EVENTS, nevents);
+	put_u(C_EVENTS, cur->nevents);
 	if (nbad) {
 		char why[VAL_MAX];
 
@@ -258,28 +260,28 @@ static void json_fstr(FILE *f, const char *s)
 void write_meta_json(unsigned long long lost, const char *state)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 8], why[600];
-	const char *dot = strrchr(opt.out, '.');
-	size_t n = dot && !strchr(dot, '/') ? (size_t)(dot - opt.out) : strlen(opt.out);
+	const char *dot = strrchr(cur->path, '.');
+	size_t n = dot && !strchr(dot, '/') ? (size_t)(dot - cur->path) : strlen(cur->path);
 	struct utsname u;
 	FILE *f;
 	size_t i;
 	int first = 1;
 
-	snprintf(path, sizeof(path), "%.*s.meta.json", (int)n, opt.out);
+	snprintf(path, sizeof(path), "%.*s.meta.json", (int)n, cur->path);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	f = fopen(tmp, "w");
 	if (!f)
 		return;
 	uname(&u);
 	fputs("{\n  \"host\": ", f);
-	json_fstr(f, opt.host);
+	json_fstr(f, cur->host);
 	fprintf(f, ",\n  \"state\": \"%s\",\n  \"format\": \"%s\",\n  \"events\": %llu,\n"
 		"  \"lost\": %llu,\n  \"clock_offset_ns\": %lld,\n  \"clock_uncertainty_ns\": %llu,\n"
 		"  \"clock_method\": \"bpf_ktime_get_ns (CLOCK_MONOTONIC) + offset measured at load\",\n"
-		"  \"kernel\": ", state, csv_out ? "csv" : "jsonl", nevents, lost,
+		"  \"kernel\": ", state, csv_out ? "csv" : "jsonl", cur->nevents, lost,
 		(long long)clock_offset_ns, (unsigned long long)(clock_width_ns / 2 + 1));
 	json_fstr(f, u.release);
-	fprintf(f, ",\n  \"netns\": %u,\n  \"port\": %d,\n  \"hooks\": {", filt.netns, opt.port);
+	fprintf(f, ",\n  \"netns\": %u,\n  \"port\": %d,\n  \"hooks\": {", cur->netns, opt.port);
 	for (i = 0; i < NHOOKS; i++) {
 		const struct hook *h = &hooks[i];
 

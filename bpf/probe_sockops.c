@@ -102,15 +102,18 @@ static int count_in(const char *ns_path, int port)
 }
 
 /* Whether an iSCSI connection (opt.port) is already up where the probe looks: the given
- * --netns, else this namespace and every one under /run/netns. -1: could not tell. */
+ * --netns (and --peer-netns), else this namespace and every one under /run/netns.
+ * -1: could not tell. */
 int iscsi_connections_up(void)
 {
 	glob_t g;
 	size_t i;
 	int any = 0, r;
 
-	if (opt.netns_path[0])
-		return count_in(opt.netns_path, opt.port);
+	if (opt.netns_path[0]) {
+		r = count_in(opt.netns_path, opt.port);
+		return r == 0 && opt.peer_netns_path[0] ? count_in(opt.peer_netns_path, opt.port) : r;
+	}
 	if (count_here(opt.port) > 0)
 		return 1;
 	if (glob("/run/netns/*", 0, NULL, &g) == 0) {

@@ -15,7 +15,12 @@ struct bio_key {
 	__u32 pad;
 };
 
-/* Sectors whose bio a traced task queued: their requests are the ones we follow. */
+/* Sectors whose bio a traced task queued: their requests are the ones we follow.  The
+ * value says whose: BIO_MINE, or BIO_PEER for a task of the second host (cfg.netns2). */
+#define BIO_MINE 1
+#define BIO_PEER 2
+/* rq_start's values are times; this bit of one marks the second host's request */
+#define RQ_PEER (1ULL << 63)
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192);
@@ -41,17 +46,19 @@ static __always_inline int on_bio(struct bio *bio, __u32 type, __u32 extra)
 	struct istrace_event *e;
 	struct bio_key k = {};
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	bool peer;
 
 	k.dev = disk_dev(BPF_CORE_READ(bio, bi_bdev, bd_disk));
 	if (cfg.block_dev && k.dev != cfg.block_dev)
 		return 0;
 	if (cfg.block_by_pid && !bpf_map_lookup_elem(&pids, &tgid) &&
 	    !(cfg.cgroup_id && bpf_get_current_cgroup_id() == cfg.cgroup_id) &&
-	    !(cfg.netns_tasks && cfg.netns && current_netns() == cfg.netns && !comm_excluded()))
+	    !(cfg.netns_tasks && cfg.netns && netns_traced(current_netns()) && !comm_excluded()))
 		return 0;
 	k.sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
+	peer = cfg.netns2 && current_netns() == cfg.netns2;
 	if (type == EV_BIO_QUEUE || type == EV_BIO_SPLIT) {
-		__u8 one = 1;
+		__u8 one = peer ? BIO_PEER : BIO_MINE;
 
 		bpf_map_update_elem(&bio_wanted, &k, &one, BPF_ANY);
 		/* a split leaves the rest of the bio starting at sector `extra`: its requests
@@ -70,7 +77,7 @@ static __always_inline int on_bio(struct bio *bio, __u32 type, __u32 extra)
 	e->bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
 	e->opcode = BPF_CORE_READ(bio, bi_opf) & 0xff; /* REQ_OP_READ 0, WRITE 1 */
 	e->reason = extra;
-	e->flags |= F_DEV | F_LBA | F_BYTES | F_OPCODE | F_REASON;
+	e->flags |= F_DEV | F_LBA | F_BYTES | F_OPCODE | F_REASON | (peer ? F_PEER : 0);
 	ev_submit(e);
 	return 0;
 }
@@ -99,6 +106,7 @@ static __always_inline int on_rq_issue(struct request *rq)
 	struct istrace_event *e;
 	struct bio_key k = {};
 	__u64 key = (__u64)rq, now;
+	__u8 *whose = NULL;
 
 	k.dev = disk_dev(BPF_CORE_READ(rq, q, disk));
 	if (cfg.block_dev && k.dev != cfg.block_dev)
@@ -106,12 +114,17 @@ static __always_inline int on_rq_issue(struct request *rq)
 	k.sector = BPF_CORE_READ(rq, __sector);
 	/* Requests are issued from whatever context runs the queue: follow those
 	 * whose first bio a traced task queued. */
-	if (cfg.block_by_pid && !bpf_map_lookup_elem(&bio_wanted, &k))
-		return 0;
+	if (cfg.block_by_pid) {
+		whose = bpf_map_lookup_elem(&bio_wanted, &k);
+		if (!whose)
+			return 0;
+	}
 	e = ev_new(EV_RQ_ISSUE);
 	if (!e)
 		return 0;
-	now = e->ts_ns;
+	if (whose && *whose == BIO_PEER)
+		e->flags |= F_PEER;
+	now = e->ts_ns | (e->flags & F_PEER ? RQ_PEER : 0);
 	bpf_map_update_elem(&rq_start, &key, &now, BPF_ANY);
 	e->dev = k.dev;
 	e->lba = k.sector;
@@ -135,7 +148,9 @@ static __always_inline int on_rq_complete(struct request *rq, int error, unsigne
 		bpf_map_delete_elem(&rq_start, &key);
 		return 0;
 	}
-	e->lat_ns = e->ts_ns - *start;
+	e->lat_ns = e->ts_ns - (*start & ~RQ_PEER);
+	if (*start & RQ_PEER)
+		e->flags |= F_PEER;
 	bpf_map_delete_elem(&rq_start, &key);
 	e->dev = disk_dev(BPF_CORE_READ(rq, q, disk));
 	e->lba = BPF_CORE_READ(rq, __sector);

@@ -105,6 +105,19 @@ static __always_inline __u32 current_netns_btf(void)
 	return t->nsproxy->net_ns->ns.inum;
 }
 
+/* One of the traced hosts' namespaces (the second only on a one-kernel testbed). */
+static __always_inline bool netns_traced(__u32 ns)
+{
+	return ns == cfg.netns || (cfg.netns2 && ns == cfg.netns2);
+}
+
+/* A task-context event of the second host: the loader writes it to that host's stream. */
+static __always_inline void mark_peer_task(struct istrace_event *e)
+{
+	if (cfg.netns2 && current_netns() == cfg.netns2)
+		e->flags |= F_PEER;
+}
+
 static __always_inline bool comm_excluded(void)
 {
 	char comm[ISTRACE_COMM_LEN];
@@ -141,7 +154,7 @@ static __always_inline bool task_wanted_ex(bool btf)
 		return !comm_excluded();
 	/* the namespace test rejects other hosts' tasks before the costlier comm test */
 	return cfg.netns_tasks && cfg.netns &&
-	       (btf ? current_netns_btf() : current_netns()) == cfg.netns && !comm_excluded();
+	       netns_traced(btf ? current_netns_btf() : current_netns()) && !comm_excluded();
 }
 
 static __always_inline bool task_wanted(void)
@@ -167,7 +180,7 @@ static __always_inline bool sock_wanted(const struct sock *sk)
 	family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (family != AF_INET && family != AF_INET6)
 		return false;
-	return !cfg.netns || BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) == cfg.netns;
+	return !cfg.netns || netns_traced(BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum));
 }
 
 /* The same test with direct loads, for tp_btf programs whose socket pointer the
@@ -182,7 +195,7 @@ static __always_inline bool sock_wanted_btf(const struct sock *sk)
 		return false;
 	/* then the namespace: on one machine with both ends, the other end's probe sees
 	 * every segment of the connection too */
-	if (cfg.netns && sk->__sk_common.skc_net.net->ns.inum != cfg.netns)
+	if (cfg.netns && !netns_traced(sk->__sk_common.skc_net.net->ns.inum))
 		return false;
 	family = sk->__sk_common.skc_family;
 	return family == AF_INET || family == AF_INET6;
@@ -268,8 +281,10 @@ static __always_inline int on_plain(__u32 type)
 	if (!task_wanted())
 		return 0;
 	e = ev_new(type);
-	if (e)
+	if (e) {
+		mark_peer_task(e);
 		ev_submit(e);
+	}
 	return 0;
 }
 

@@ -20,6 +20,7 @@ static __always_inline int on_usdt(__u32 type, long itt, long lba, long bytes, l
 	e = ev_new(type);
 	if (!e)
 		return 0;
+	mark_peer_task(e);
 	e->itt = itt;
 	e->lba = lba;
 	e->bytes = bytes;

@@ -147,6 +147,7 @@ int BPF_KRETPROBE(lib_cmd_return, int ret)
 	e = ev_new(EV_LIB_CMD);
 	if (!e)
 		return 0;
+	mark_peer_task(e);
 	fill_cdb(e, cdb);
 	e->itt = itt;
 	e->bytes = xfer > 0 ? xfer : 0;

@@ -76,6 +76,7 @@ enum istrace_event_type {
 #define F_REASON   (1u << 11)  /* reason code: meaning depends on the type */
 #define F_STATUS   (1u << 12)
 #define F_RWND     (1u << 13)  /* only rwnd (rcv_space) */
+#define F_PEER     (1u << 14)  /* a task or block event of the second host (netns2) */
 
 struct istrace_event {
 	__u64 ts_ns;        /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
@@ -106,6 +107,10 @@ struct istrace_event {
 /* Filter configuration, written by the loader into .rodata before load. */
 struct istrace_filter {
 	__u32 netns;        /* 0: any */
+	/* a second host in another namespace of this kernel (the testbed), traced by the same
+	 * programs so that each runs once per call: 0 = none.  Its sockets are told by the
+	 * event's netns, its tasks' and block events by F_PEER. */
+	__u32 netns2;
 	__u16 port;         /* iSCSI port (either end of the connection); 0: any */
 	__u8 sys_entries;   /* 1: an event at each traced system call's entry as well */
 	__u8 pad;

@@ -50,7 +50,7 @@ static __always_inline int on_kfree_skb(struct sk_buff *skb, __u32 reason)
 	struct istrace_event *e;
 	struct sock *sk = BPF_CORE_READ(skb, sk);
 	struct net_device *dev = BPF_CORE_READ(skb, dev);
-	__u32 ns;
+	__u32 ns = 0;
 
 	if (sk) {
 		if (!sock_wanted(sk))
@@ -59,12 +59,14 @@ static __always_inline int on_kfree_skb(struct sk_buff *skb, __u32 reason)
 		if (!dev)
 			return 0;
 		ns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
-		if (cfg.netns && ns != cfg.netns)
+		if (cfg.netns && !netns_traced(ns))
 			return 0;
 	}
 	e = ev_new(EV_SKB_DROP);
 	if (!e)
 		return 0;
+	if (cfg.netns2 && ns == cfg.netns2) /* no socket: the device's namespace says whose */
+		e->flags |= F_PEER;
 	if (sk) {
 		fill_conn(e, sk, 0);
 	} else if (!skb_headers(e, skb)) {

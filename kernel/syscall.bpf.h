@@ -67,6 +67,7 @@ static __always_inline void emit_sys_enter(const struct sys_start_val *v)
 	e = ev_new(EV_SYS_ENTER);
 	if (!e)
 		return;
+	mark_peer_task(e);
 	e->ts_ns = v->ts; /* a folded retry is shown at its exit, stamped with its entry */
 	e->reason = v->nr;
 	e->status = v->fd;
@@ -163,6 +164,7 @@ static __always_inline void emit_sys_exit(const struct sys_start_val *v, long re
 
 	if (!e)
 		return;
+	mark_peer_task(e);
 	if (ts)
 		e->ts_ns = ts;
 	e->reason = v->nr;

@@ -40,6 +40,7 @@ static __always_inline int on_tgt_cmd(void *cmd, __u32 type, int result)
 	e = ev_new(type);
 	if (!e)
 		return 0;
+	mark_peer_task(e);
 	now = e->ts_ns;
 	fill_cdb(e, cdb);
 	e->itt = bpf_ntohl((__u32)tag);
@@ -100,6 +101,7 @@ int BPF_KPROBE(tgt_execute, void *task)
 	e = ev_new(EV_TGT_EXECUTE);
 	if (!e)
 		return 0;
+	mark_peer_task(e);
 	fill_cdb(e, cdb);
 	e->itt = bpf_ntohl(itt);
 	e->bytes = bpf_ntohl(len);

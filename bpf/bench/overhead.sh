@@ -19,14 +19,16 @@
 #      (testbed with TSO/GSO/GRO on, as a real NIC has them: per-packet hooks then fire
 #      per GRO/GSO super-packet instead of per wire segment), ISTRACE_BENCH_BYSTANDER=1 (the
 #      timed workload is an iperf3 flow between two namespaces of its own, beside the traced
-#      testbed: what the probes cost sockets that are not iSCSI's).
+#      testbed: what the probes cost sockets that are not iSCSI's), ISTRACE_BENCH_TWO_PROBES=1
+#      (one loader per end, each running every program for both ends' calls, instead of
+#      one loader for both ends with --peer-*, as `istrace capture` runs them).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${1:-5} SECONDS_PER=${2:-3} SIZE=${3:-1M} DEPTH=${4:-4}
 export ROUNDS SECONDS_PER SIZE DEPTH
 export PYTHONPATH="$ROOT/scripts:$ROOT/bpf:$ROOT/decoder:$ROOT/viz${PYTHONPATH:+:$PYTHONPATH}"
 exec python3 - <<'PY'
-import atexit, json, os, resource, statistics, subprocess, sys, tempfile, time
+import atexit, contextlib, json, os, resource, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 from istrace.probe.loader import Probe
@@ -43,6 +45,7 @@ out.mkdir(parents=True, exist_ok=True)
 gen = binary("istrace-gen")
 extra = os.environ.get("ISTRACE_BENCH_PROBE_ARGS", "").split()
 control = os.environ.get("ISTRACE_BENCH_CONTROL") == "1"  # A/A: no probes in "on" rounds
+two_probes = os.environ.get("ISTRACE_BENCH_TWO_PROBES") == "1"  # one loader per end
 
 
 cpu_per_mb: dict[str, list[float]] = {"off": [], "on": []}
@@ -143,18 +146,32 @@ def cpu_s(probes: tuple[Probe, ...]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def probes(tb: Testbed, tag: str) -> tuple[Probe, Probe]:
-    pi = Probe(out / f"ini-{tag}.jsonl", ["--host", "initiator", "--netns", tb.ini_ns,
-                                          "--usdt", str(gen), *extra])
-    pt = Probe(out / f"tgt-{tag}.jsonl", ["--host", "target", "--netns", tb.tgt_ns,
-                                          "--tgtd", str(tgtd), "--block-dev", tb.lun_path,
-                                          *extra])
+def probes(tb: Testbed, tag: str) -> tuple[list[Probe], list[Path]]:
+    """The loaders as a capture runs them (one for both ends of the testbed, or one per end
+    with ISTRACE_BENCH_TWO_PROBES=1), and the two event streams."""
+    ini, tgt = out / f"ini-{tag}.jsonl", out / f"tgt-{tag}.jsonl"
+    ini_args = ["--host", "initiator", "--netns", tb.ini_ns, "--usdt", str(gen)]
+    tgt_args = ["--tgtd", str(tgtd), "--block-dev", tb.lun_path]
+    if two_probes:
+        ps = [Probe(ini, [*ini_args, *extra]),
+              Probe(tgt, ["--host", "target", "--netns", tb.tgt_ns, *tgt_args, *extra])]
+    else:
+        ps = [Probe(ini, [*ini_args, "--peer-host", "target", "--peer-netns", tb.tgt_ns,
+                          "--peer-out", str(tgt), *tgt_args, *extra])]
     if control:
-        pi.start = pt.start = lambda: None  # type: ignore[method-assign]
-        pi.stop = pt.stop = lambda: 0  # type: ignore[method-assign]
-        pi.out.write_text('{"event":"end","events":0,"lost":0}\n')
-        pt.out.write_text('{"event":"end","events":0,"lost":0}\n')
-    return pi, pt
+        for p in ps:
+            p.start = lambda: None  # type: ignore[method-assign]
+            p.stop = lambda: 0  # type: ignore[method-assign]
+        for f in (ini, tgt):
+            f.write_text('{"event":"end","events":0,"lost":0}\n')
+    return ps, [ini, tgt]
+
+
+def all_started(ps: list[Probe]) -> contextlib.ExitStack:
+    stack = contextlib.ExitStack()
+    for p in ps:
+        stack.enter_context(p)
+    return stack
 
 
 results: dict[str, list[float]] = {"off": [], "on": []}
@@ -176,32 +193,32 @@ with Testbed(TestbedConfig(name=name, lun_mb=256, offloads=offloads)) as tb:
     for i in range(rounds):
         if i % 2 == 0:
             results["off"].append(read(tb, "off"))
-        pi, pt = probes(tb, str(i))
-        with pi, pt:
-            c0, t0 = cpu_s((pi, pt)), time.monotonic()
+        ps, files = probes(tb, str(i))
+        with all_started(ps):
+            c0, t0 = cpu_s(tuple(ps)), time.monotonic()
             results["on"].append(read(tb, "on"))
             wall = time.monotonic() - t0
-            loader_cpu.append((cpu_s((pi, pt)) - c0) / wall)
+            loader_cpu.append((cpu_s(tuple(ps)) - c0) / wall)
         if i % 2 == 1:
             results["off"].append(read(tb, "off"))
         n_ev = n_lost = 0
-        for f in (pi.out, pt.out):
+        for f in files:
             end = json.loads(f.read_text().splitlines()[-1])
             n_ev += end["events"]
-            n_lost += end["lost"]
+            n_lost = max(n_lost, end["lost"]) if not two_probes else n_lost + end["lost"]
         events.append(n_ev)
         lost.append(n_lost)
         print(f"round {i + 1}/{rounds}: off {results['off'][-1]:.1f} MB/s, "
               f"on {results['on'][-1]:.1f} MB/s, {n_ev} events, {n_lost} lost, "
               f"loaders {100 * loader_cpu[-1]:.1f}% of one CPU", flush=True)
         if not keep:
-            for f in (pi.out, pt.out):
+            for f in files:
                 f.unlink(missing_ok=True)
     if not control:  # one more probed read, untimed, for the programs' own run time
         subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=False)
         try:
-            pi, pt = probes(tb, "stats")
-            with pi, pt:
+            ps, _ = probes(tb, "stats")
+            with all_started(ps):
                 before, t0 = bpf_runs(), time.monotonic()
                 read(tb)
                 wall = time.monotonic() - t0

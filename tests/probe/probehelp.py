@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -81,8 +82,10 @@ SS_LOOP = ("end=$(( $(date +%s%N) + {ms} * 1000000 )); i=0; "
 
 
 def traced_read(tb: Testbed, out: Path, seconds: float = 2.0, size: str = "1M",
-                depth: int = 2, xdp_drop: bool = False, ss_samples: int = 30) -> Run:
-    """Probes + captures on both ends while istrace-gen reads; ss -ti sampled on the target."""
+                depth: int = 2, xdp_drop: bool = False, ss_samples: int = 30,
+                loaders: int = 1) -> Run:
+    """Probes + captures on both ends while istrace-gen reads; ss -ti sampled on the target.
+    One loader for both ends (as `istrace capture` runs it on the testbed), or one per end."""
     out.mkdir(parents=True, exist_ok=True)
     gen = binary("istrace-gen")
     evict_lun(tb.lun_path)
@@ -92,13 +95,22 @@ def traced_read(tb: Testbed, out: Path, seconds: float = 2.0, size: str = "1M",
     dumps = {h: _start_tcpdump(tb, h, out) for h in ("initiator", "target")}
     run = Run(out, -1, "", "")
     try:
-        pi = Probe(out / "events-initiator.jsonl",
-                   ["--host", "initiator", "--netns", tb.ini_ns, "--usdt", str(gen)],
-                   stderr_path=out / "probe-initiator.err")
-        pt = Probe(out / "events-target.jsonl",
-                   ["--host", "target", "--netns", tb.tgt_ns, "--tgtd", str(tgtd_pid(tb)),
-                    "--block-dev", tb.lun_path], stderr_path=out / "probe-target.err")
-        with pi, pt:
+        ini = ["--host", "initiator", "--netns", tb.ini_ns, "--usdt", str(gen)]
+        tgt = ["--tgtd", str(tgtd_pid(tb)), "--block-dev", tb.lun_path]
+        if loaders == 1:
+            pi = pt = Probe(out / "events-initiator.jsonl",
+                            [*ini, "--peer-host", "target", "--peer-netns", tb.tgt_ns,
+                             "--peer-out", str(out / "events-target.jsonl"), *tgt],
+                            stderr_path=out / "probe.err")
+        else:
+            pi = Probe(out / "events-initiator.jsonl", ini,
+                       stderr_path=out / "probe-initiator.err")
+            pt = Probe(out / "events-target.jsonl",
+                       ["--host", "target", "--netns", tb.tgt_ns, *tgt],
+                       stderr_path=out / "probe-target.err")
+        with contextlib.ExitStack() as stack:
+            for p in dict.fromkeys((pi, pt)):
+                stack.enter_context(p)
             ss = tb.popen_tgt(["sh", "-c", SS_LOOP.format(n=ss_samples, ms=int(seconds * 1000))],
                               stdout=subprocess.PIPE, text=True)
             r = tb.run_ini([str(gen), "--portal", tb.portal, "--target", tb.iqn, "--size", size,

@@ -76,11 +76,11 @@ def test_disabled_and_bogus_hooks_give_a_line_not_a_failure(tmp_path: Path) -> N
 
 def test_whole_layer_unavailable_is_reported(tmp_path: Path) -> None:
     """tgtd's hooks without a tgtd, the USDT without a binary: lines saying why."""
-    r = run_probe("--out", str(tmp_path / "ev.jsonl"), "--layers", "iscsi", "--duration", "0.3",
-                  "--libiscsi", str(tmp_path / "missing.so"))
+    r = run_probe("--out", str(tmp_path / "ev.jsonl"), "--layers", "iscsi,scsi", "--duration",
+                  "0.3", "--libiscsi", str(tmp_path / "missing.so"))
     assert r.returncode == 0, r.stderr
     err = " ".join(r.stderr.split())
-    assert "hook tgt_execute (iscsi) not attached: uprobe: no --tgtd PID|PATH given" in err
+    assert "hook tgt_cmd_queue (scsi) not attached: uprobe: no --tgtd PID|PATH given" in err
     assert "layer iscsi not attached: no hook available" in err
     assert "layer tcp not attached: not in --layers" in err
 
@@ -283,18 +283,22 @@ def test_tgt_io_done_probe_skips_a_single_stepped_entry(tmp_path: Path) -> None:
     assert "hook tgt_io_done          (scsi) attached with uprobe" in r.stderr
 
 
-def test_tgtd_rx_tx_handlers_attach_only_when_enabled(tmp_path: Path) -> None:
-    """tgtd's rx/tx handlers run once per PDU on its busiest thread: by default they stay
-    off and say how to turn them on; --enable attaches them, beside the default hooks."""
-    args = ["--layers", "iscsi", "--duration", "0.3", "--tgtd", "/usr/sbin/tgtd"]
+def test_tgtd_per_pdu_and_repeat_hooks_attach_only_when_enabled(tmp_path: Path) -> None:
+    """tgtd's rx/tx handlers (a trap per PDU) and iscsi_scsi_cmd_execute (a trap per command
+    just before target_cmd_queue, with the same fields) run on its busiest thread: by default
+    they stay off and say how to turn them on; --enable attaches them (a name or a list),
+    beside the default hooks."""
+    args = ["--layers", "iscsi,scsi", "--duration", "0.3", "--tgtd", "/usr/sbin/tgtd"]
     r = run_probe("--out", str(tmp_path / "ev.jsonl"), *args)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"hook tgt_tx +\(iscsi\) not attached: off by default .*--enable tgt_tx",
-                     r.stderr), r.stderr
-    assert re.search(r"hook tgt_execute +\(iscsi\) attached with uprobe", r.stderr), r.stderr
-    r = run_probe("--out", str(tmp_path / "ev2.jsonl"), *args, "--enable", "tgt_tx")
+    for hook in ("tgt_tx", "tgt_execute"):
+        assert re.search(rf"hook {hook} +\(iscsi\) not attached: off by default .*--enable "
+                         rf"{hook}", r.stderr), r.stderr
+    assert re.search(r"hook tgt_cmd_queue +\(scsi\) attached with uprobe", r.stderr), r.stderr
+    r = run_probe("--out", str(tmp_path / "ev2.jsonl"), *args, "--enable", "tgt_tx,tgt_execute")
     assert r.returncode == 0, r.stderr
-    assert re.search(r"hook tgt_tx +\(iscsi\) attached with uprobe", r.stderr), r.stderr
+    for hook in ("tgt_tx", "tgt_execute"):
+        assert re.search(rf"hook {hook} +\(iscsi\) attached with uprobe", r.stderr), r.stderr
     assert re.search(r"hook tgt_rx +\(iscsi\) not attached: off by default", r.stderr)
 
 
@@ -479,3 +483,18 @@ def test_cgroup_selects_a_workload_and_its_forks(tmp_path: Path) -> None:
     assert {"head", "cat"} <= set(sys["comm"])          # the forks of the cgroup's shell
     reads = sys[(sys["event"] == "read_exit") & (sys["comm"] == "head")]
     assert 4096 in set(reads["bytes"].astype(int)) and 8192 not in set(reads["bytes"].astype(int))
+
+
+def test_a_second_host_needs_all_its_options(tmp_path: Path) -> None:
+    """--peer-host/--peer-netns/--peer-out name the testbed's second end together, beside
+    --netns for the first; a partial or same-namespace set is refused before anything loads."""
+    out, peer = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+    me = "/proc/self/ns/net"
+    for args in (["--peer-host", "target"],
+                 ["--peer-host", "target", "--peer-out", peer, "--peer-netns", me],
+                 ["--netns", me, "--peer-host", "target", "--peer-out", peer,
+                  "--peer-netns", me]):
+        r = run_probe("--out", out, "--duration", "0.2", *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "--peer-netns" in r.stderr, r.stderr
+        assert not Path(out).exists()

@@ -9,6 +9,7 @@ on the path and must show retransmissions and congestion-state changes.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -210,3 +211,45 @@ def test_cwnd_per_ack_only_at_the_data_sender(read_run) -> None:
     assert ns["initiator"] != ns["target"]
     n = {h: int((e["event"] == "tcp_probe").sum()) for h, e in ev.items()}
     assert n["target"] >= 50 and n["initiator"] < n["target"] / 3, n
+
+
+def _stream_kinds(path: Path) -> tuple[dict[tuple[str, str], int], set[str], set[str], set[int]]:
+    """(layer, event) counts, hosts, task names and the TCP sockets' namespaces of a stream."""
+    kinds: dict[tuple[str, str], int] = {}
+    hosts, comms, conns = set(), set(), set()
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        hosts.add(r["host"])
+        if r["layer"] == "meta":
+            continue
+        kinds[(r["layer"], r["event"])] = kinds.get((r["layer"], r["event"]), 0) + 1
+        if r["layer"] in ("syscall", "scsi") and r.get("comm"):
+            comms.add(r["comm"])
+        if r["layer"] == "tcp" and r.get("netns"):
+            conns.add(r["netns"])
+    return kinds, hosts, comms, conns
+
+
+def test_one_loader_writes_each_end_as_two_would(tmp_path: Path) -> None:
+    """`istrace capture` runs one loader for both namespaces of the testbed, so each program
+    runs once per system call, segment or ACK instead of once per end: each end's events
+    still go to that end's file, the same kinds a loader per end writes, from that end's
+    tasks and sockets only."""
+    got = {}
+    with Testbed(TestbedConfig(name="prbt3", lun_mb=64)) as tb:
+        netns = {"initiator": os.stat(f"/run/netns/{tb.ini_ns}").st_ino,
+                 "target": os.stat(f"/run/netns/{tb.tgt_ns}").st_ino}
+        for n in (2, 1):
+            out = tmp_path / f"loaders{n}"
+            run = traced_read(tb, out, seconds=1.0, ss_samples=1, loaders=n)
+            assert run.gen_rc == 0, run.gen_out
+            got[n] = {h: _stream_kinds(out / f"events-{h}.jsonl")
+                      for h in ("initiator", "target")}
+    for host, (kinds, hosts, _, socket_ns) in got[1].items():
+        assert hosts == {host}
+        common = {k for k, c in got[2][host][0].items() if c >= 20}   # not the rare ones
+        assert common and common <= set(kinds), (host, common - set(kinds))
+        assert sum(kinds.values()) > 0.5 * sum(got[2][host][0].values())
+        assert socket_ns == {netns[host]}, (host, socket_ns)   # this end's sockets only
+    assert "tgtd" in got[1]["target"][2] and "tgtd" not in got[1]["initiator"][2]
+    assert "istrace-gen" in got[1]["initiator"][2] and "istrace-gen" not in got[1]["target"][2]

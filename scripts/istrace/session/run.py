@@ -202,32 +202,36 @@ class Session:
             _log(f"probes unavailable: {exc}")
             return
         tb = self.tb
-        tgtd = tb.tgtd_pid
-        args = {"initiator": ["--host", "initiator", "--netns", tb.ini_ns],
-                "target": ["--host", "target", "--netns", tb.tgt_ns]}
+        # Both ends are namespaces of this kernel: one loader traces both (each program then
+        # runs once per system call, segment or ACK, not once per end) and writes each end's
+        # events to that end's file, as a loader on each of two hosts would.
+        args = ["--host", "initiator", "--netns", tb.ini_ns,
+                "--peer-host", "target", "--peer-netns", tb.tgt_ns,
+                "--peer-out", str(self.out / "events-target.jsonl")]
         if gen_used:
             try:
-                args["initiator"] += ["--usdt", str(paths.binary("istrace-gen"))]
+                args += ["--usdt", str(paths.binary("istrace-gen"))]
             except paths.MissingBinary:
                 pass
-        if tgtd:
-            args["target"] += ["--tgtd", str(tgtd)]
-        for role, extra in args.items():
-            extra += self._probe_args()
-            out = self.out / f"events-{role}.jsonl"
-            probe = Probe(out, extra, stderr_path=self.out / f"probe-{role}.log")
-            try:
-                probe.start()
-            except ProbeError as exc:
+        if tb.tgtd_pid:
+            args += ["--tgtd", str(tb.tgtd_pid)]
+        args += self._probe_args()
+        probe = Probe(self.out / "events-initiator.jsonl", args,
+                      stderr_path=self.out / "probe.log")
+        try:
+            probe.start()
+        except ProbeError as exc:
+            for role in ("initiator", "target"):
                 status[role] = {"status": f"probes unavailable: {exc}"}
-                _log(f"{role} probes unavailable: {exc}")
-                continue
-            assert probe.proc is not None
-            tb.record_pid(probe.proc.pid, f"probe-{role}")
-            self.probes[role] = probe
-            status[role] = {"status": "running", "file": out.name, "binary": str(exe),
-                            "args": extra}
-        _log(f"probes: {', '.join(self.probes) or 'none'}")
+            _log(f"probes unavailable: {exc}")
+            return
+        assert probe.proc is not None
+        tb.record_pid(probe.proc.pid, "probe")
+        for role in ("initiator", "target"):
+            self.probes[role] = probe     # stopped once; its return code is each end's
+            status[role] = {"status": "running", "file": f"events-{role}.jsonl",
+                            "binary": str(exe), "args": args, "log": "probe.log"}
+        _log("probes: initiator and target (one loader for both namespaces)")
 
     def _probe_args(self) -> list[str]:
         return shlex.split(getattr(self.a, "probe_args", "") or "")
