@@ -220,9 +220,10 @@ int main(int argc, char **argv)
 	}
 	for (i = 0; i < NHOOKS; i++)
 		any |= hooks[i].link != NULL;
+	/* scripts wait for "streaming to" (scripts/vm/guest_capture.sh) */
 	for (i = 0; i < (size_t)nstreams; i++)
-		fprintf(stderr, "istrace-probe: streaming %s's events to %s%s\n", streams[i].host,
-			streams[i].path,
+		fprintf(stderr, "istrace-probe: streaming to %s (host %s)%s\n", streams[i].path,
+			streams[i].host,
 			any ? "" : " (no hook attached: the stream will hold only meta lines)");
 
 	signal(SIGINT, on_signal);
