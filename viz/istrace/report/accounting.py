@@ -35,6 +35,9 @@ LOSS_STATES = ("Recovery", "Loss")
 FULL = 0.9
 # after a loss, a window below this share of its ceiling on the connection is the loss's cut
 CUT = 0.9
+# seen from the receiver only (no window): how long after a loss episode began the window
+# counts as still cut (a window of a few hundred segments regrows in about this many RTTs)
+REGROW_NS = 500_000_000
 # A burst sent at >= 75% of the path's capacity is the link doing its job.
 AT_CAPACITY = 0.75
 # A process using >= 90% of the CPU it may use is saturated.
@@ -195,14 +198,20 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarr
     return cause
 
 
-def _below_ceiling(samples: pd.DataFrame, at: np.ndarray) -> np.ndarray:
+def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
+                   episodes: np.ndarray) -> np.ndarray:
     """For each time in `at`: whether the sender's window is below CUT of the highest it
     reached on the connection. After a loss a window held below that is the loss's doing (a
     loss-free sender's window would have grown on); one at its ceiling is held there by
     something else: a clamp, a limit of the congestion control. (A CI capture with one fast
     retransmit, undone, and cwnd clamped at 40 throughout had 58% of its time called loss
     recovery.) From the exact congestion window when the probes gave it, else from the bytes
-    in flight (their 99th percentile: one burst is not a ceiling). Not known: True."""
+    in flight at the sender's capture point (their 99th percentile: one burst is not a
+    ceiling). The receiver's capture point sees no window (its ACKs leave as the data comes):
+    with only that, a loss is blamed for the window-limited time within REGROW_NS after a
+    loss episode began (`episodes`, sorted starts), not for all the time after the first
+    (CI: one retransmission in 4 s of a send-buffer-limited transfer was called 63% loss
+    recovery from the initiator's pcap). No samples at all: True."""
     below = np.ones(len(at), bool)
     if samples is None or samples.empty or not len(at):
         return below
@@ -216,11 +225,26 @@ def _below_ceiling(samples: pd.DataFrame, at: np.ndarray) -> np.ndarray:
         est = s[(src == "estimated") & s["inflight_bytes"].notna()]
         if est.empty:
             return below
+        if "host" in est.columns:
+            est = est[est["host"].astype(str) == sender]
+            if est.empty:
+                k = _before(episodes, at)
+                return (k >= 0) & (at - episodes[np.maximum(k, 0)] <= REGROW_NS)
         ts, level = est["ts_ns"].to_numpy(np.int64), est["inflight_bytes"].to_numpy(np.float64)
         top = float(np.percentile(level, 99))
     now = _asof(ts, level, at)
     with np.errstate(invalid="ignore"):
         return ~(now >= CUT * top)
+
+
+def _episode_starts(states: pd.DataFrame | None, first_loss_ns: int) -> np.ndarray:
+    """When each loss episode (Recovery or Loss state) began, sorted, with the first
+    retransmission among them."""
+    starts = [np.array([first_loss_ns], np.int64)]
+    if states is not None and not states.empty:
+        st = states[states["state"].astype(str).isin(LOSS_STATES)]
+        starts.append(st["start_ns"].to_numpy(np.int64))
+    return np.unique(np.concatenate(starts))
 
 
 def _inside(spans: tuple[np.ndarray, np.ndarray] | None, a: np.ndarray,
@@ -458,7 +482,8 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
             # A congestion window held small after a loss is the loss's doing (the window was
             # cut), not slow start's; one at its ceiling (never cut: the loss undone, a
             # clamp) is the window's own.
-            after = (ga[pending] >= first_loss_ns) & _below_ceiling(samples, pa)
+            after = (ga[pending] >= first_loss_ns) & _below_ceiling(
+                samples, pa, acc.sender, _episode_starts(states, first_loss_ns))
             why[after & np.isin(why, ["tcp_cwnd", "tcp_window"])] = "tcp_loss_recovery"
         for cause in np.unique(why):
             acc.add(str(cause), float(gap_left[pending][why == cause].sum()))
