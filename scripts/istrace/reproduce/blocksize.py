@@ -27,9 +27,9 @@ from istrace.reproduce import run as repro_run
 from istrace.reproduce.sweep import Row, measured_rows, none_measured, num
 from istrace.system.cputime import CPU_FIELDS, USER_HZ, cpu_stat, tree_times
 
-COLUMNS = ["series", "block", "queue_depth", "mtu", "mbps", "iops", "lat_mean_us", "lat_p50_us",
-           "lat_p99_us", "commands", "ini_cpu", "tgt_cpu", "machine_busy", "softirq", "irq",
-           "system", "user", "other", "cpus", "cpu_bound", "seconds", "status", "error"]
+COLUMNS = ["series", "block", "queue_depth", "mtu", "mbps", "iops", "lat_mean_us", "lat_p10_us",
+           "lat_p50_us", "lat_p99_us", "commands", "ini_cpu", "tgt_cpu", "machine_busy", "softirq",
+           "irq", "system", "user", "other", "cpus", "cpu_bound", "seconds", "status", "error"]
 KEY = ["series", "block"]
 # name -> (commands outstanding: the study's 1 and 8 threads, MTU). The jumbo series is the
 # study's first remedy: fewer, bigger frames per byte.
@@ -112,7 +112,8 @@ def _measure_once(tb: repro_run.Testbed, p: Row, secs: float) -> Row:
     other = max(0.0, split["machine_busy"] - ours)
     lat = r.raw.get("lat_us") or {}
     return {"mbps": round(r.mbps, 3), "iops": round(r.iops, 1),
-            "lat_mean_us": lat.get("mean", ""), "lat_p50_us": lat.get("p50", ""),
+            "lat_mean_us": lat.get("mean", ""), "lat_p10_us": lat.get("p10", ""),
+            "lat_p50_us": lat.get("p50", ""),
             "lat_p99_us": lat.get("p99", ""), "commands": r.commands,
             "ini_cpu": round(ini, 3), "tgt_cpu": round(tgt, 3),
             **{k: round(v, 3) for k, v in split.items()}, "other": round(other, 3),
@@ -175,8 +176,8 @@ def finish(out: Path, failed: int = 0) -> int:
     if none_measured("blocksize", df):
         return 1
     repro_plot.plot_blocksize(df, out / FIGURE, FIGURE_TITLE)
-    cols = ["block", "mbps", "lat_mean_us", "ini_cpu", "tgt_cpu", "softirq", "system",
-            "machine_busy", "other", "cpu_s_per_gb"]
+    cols = ["block", "mbps", "lat_mean_us", "lat_p10_us", "ini_cpu", "tgt_cpu", "softirq",
+            "system", "machine_busy", "other", "cpu_s_per_gb"]
     for series, part in df.groupby("series", sort=False):
         print(f"blocksize: {series} ({int(part['queue_depth'].iloc[0])} outstanding, MTU "
               f"{int(part['mtu'].iloc[0])}); CPU columns in CPUs (1.0 = one CPU busy all the "
