@@ -32,6 +32,7 @@ struct sys_start_val {
 	__u32 retry;  /* the last call of this task (same nr and fd) failed with EAGAIN */
 	__u32 quiet;  /* this call is a retry: its events wait for its exit */
 	__u32 again;  /* retries folded so far (each failed with EAGAIN) */
+	__u32 peer;   /* F_PEER when the task is the second host's, read once at entry */
 	__u64 exit_ts; /* exit of the last folded retry */
 };
 
@@ -67,7 +68,7 @@ static __always_inline void emit_sys_enter(const struct sys_start_val *v)
 	e = ev_new(EV_SYS_ENTER);
 	if (!e)
 		return;
-	mark_peer_task(e);
+	e->flags |= v->peer;
 	e->ts_ns = v->ts; /* a folded retry is shown at its exit, stamped with its entry */
 	e->reason = v->nr;
 	e->status = v->fd;
@@ -132,6 +133,8 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 		v.off = btf ? PT_REGS_PARM4_SYSCALL(regs) : PT_REGS_PARM4_CORE_SYSCALL(regs);
 		v.has_off = 1;
 	}
+	if (cfg.netns2 && (btf ? current_netns_btf() : current_netns()) == cfg.netns2)
+		v.peer = F_PEER;
 	v.ts = bpf_ktime_get_ns();
 	v.open = 1;
 	if (btf)
@@ -164,7 +167,7 @@ static __always_inline void emit_sys_exit(const struct sys_start_val *v, long re
 
 	if (!e)
 		return;
-	mark_peer_task(e);
+	e->flags |= v->peer;
 	if (ts)
 		e->ts_ns = ts;
 	e->reason = v->nr;
@@ -202,11 +205,39 @@ static __always_inline bool sys_exit_state(struct sys_start_val *v, long ret)
 	return again;
 }
 
+/* The number of the call exiting, where the architecture keeps it (x86: orig_ax); -1 when
+ * unknown here. */
+static __always_inline long sys_exit_nr(struct pt_regs *regs, bool btf)
+{
+#if defined(__TARGET_ARCH_x86)
+	return btf ? (long)regs->orig_ax : (long)BPF_CORE_READ(regs, orig_ax);
+#else
+	return -1;
+#endif
+}
+
+/* A call no program entered, turned away before any per-task lookup: most calls of a traced
+ * task are of this kind (tgtd's setsockopt, epoll_wait, futex: 60% of its calls under a bulk
+ * read).  An open entry can only be closed by the exit of its own call, which is wanted. */
+static __always_inline bool sys_exit_unwanted(struct pt_regs *regs, bool btf)
+{
+	long nr = sys_exit_nr(regs, btf);
+	__u32 k = nr;
+	__u8 *want;
+
+	if (nr < 0 || nr >= 512)
+		return nr >= 512;
+	want = bpf_map_lookup_elem(&sys_wanted, &k);
+	return !want || !*want;
+}
+
 /* every syscall of the host exits here: a task never traced has no storage at all */
-static __always_inline int on_sys_exit_btf(long ret)
+static __always_inline int on_sys_exit_btf(struct pt_regs *regs, long ret)
 {
 	struct sys_start_val *v;
 
+	if (sys_exit_unwanted(regs, true))
+		return 0;
 	v = bpf_task_storage_get(&sys_start_task, bpf_get_current_task_btf(), NULL, 0);
 	if (!v || !v->open)
 		return 0;
@@ -214,11 +245,13 @@ static __always_inline int on_sys_exit_btf(long ret)
 	return 0;
 }
 
-static __always_inline int on_sys_exit_raw(long ret)
+static __always_inline int on_sys_exit_raw(struct pt_regs *regs, long ret)
 {
 	struct sys_start_val *v;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
+	if (sys_exit_unwanted(regs, false))
+		return 0;
 	v = bpf_map_lookup_elem(&sys_start, &tid);
 	if (!v || !v->open)
 		return 0;
@@ -232,8 +265,8 @@ int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id) { return on_sys_enter
 SEC("raw_tp/sys_enter")
 int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id) { return on_sys_enter(regs, id, false); }
 SEC("tp_btf/sys_exit")
-int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return on_sys_exit_btf(ret); }
+int BPF_PROG(sys_exit_btf, struct pt_regs *regs, long ret) { return on_sys_exit_btf(regs, ret); }
 SEC("raw_tp/sys_exit")
-int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return on_sys_exit_raw(ret); }
+int BPF_PROG(sys_exit_raw, struct pt_regs *regs, long ret) { return on_sys_exit_raw(regs, ret); }
 
 #endif
