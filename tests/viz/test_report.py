@@ -35,7 +35,7 @@ def test_report_on_qd1(tmp_path):
     assert little and little[0]["predicted_MBps"] > little[0]["now_MBps"]
     st = diag["states"]
     assert st["state"].tolist() == ["CWR"] and st["total_ns"].iloc[0] == 1_000_000
-    assert (tmp_path / "track.csv").is_file()
+    assert (tmp_path / "track.parquet").is_file()
     tr = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     spans = [e for e in tr if e["ph"] == "X"]
     inst = [e for e in tr if e["ph"] == "i"]

@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from istrace.capture import layout  # noqa: E402
 from istrace.system import paths  # noqa: E402
 
-DERIVED = ["decoded", "merged.parquet", "merged.csv", "clock.json", "track.csv",
-           "track_states.csv", "track_events.csv", "plots", "report.html", "trace.json",
+DERIVED = ["decoded", "merged.parquet", "merged.csv", "clock.json", "track.csv", "track.parquet",
+           "track_states.csv", "track_events.csv", "track_states.parquet",
+           "track_events.parquet", "plots", "report.html", "trace.json",
            "verdict.json"]
 
 

@@ -9,7 +9,7 @@ has the table of who writes and who reads each).
     DIR/merged.parquet, clock.json     one clock, one trace of events and PDUs (istrace merge)
     DIR/segments/host=<host>/*.parquet every TCP segment on that clock, tied to its command
                                        (istrace merge; Hive-partitioned by host)
-    DIR/track.csv (+_states, _events)  cwnd/state series (istrace track, report)
+    DIR/track.parquet (+_states, _events)  cwnd/state series (istrace track, report)
     DIR/plots/, report.html, trace.json  (istrace plot, report)
     DIR/verdict.json                   what limited the transfer (istrace report)
 """
@@ -25,7 +25,7 @@ CLOCK = "clock.json"
 MERGED = "merged.parquet"
 MERGED_CSV = "merged.csv"
 SEGMENT_TABLE = "segments"
-TRACK = "track.csv"
+TRACK = "track.parquet"
 PLOTS = "plots"
 REPORT = "report.html"
 VERDICT = "verdict.json"
@@ -83,9 +83,10 @@ def decoded_dirs(d: Path, host: str) -> list[Path]:
 
 
 def track_files(out: Path) -> tuple[Path, Path, Path]:
-    """The tracker's samples, CA-state intervals and marks, beside each other."""
-    stem = out.with_suffix("")
-    return out, Path(f"{stem}_states.csv"), Path(f"{stem}_events.csv")
+    """The tracker's samples, CA-state intervals and marks, beside each other, in the samples'
+    format (.parquet, or .csv when asked for)."""
+    stem, ext = out.with_suffix(""), out.suffix if out.suffix == ".csv" else ".parquet"
+    return out, Path(f"{stem}_states{ext}"), Path(f"{stem}_events{ext}")
 
 
 def has_capture_input(d: Path) -> bool:

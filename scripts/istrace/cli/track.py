@@ -1,4 +1,4 @@
-"""`istrace track DIR|PCAP [--out track.csv]`: TCP cwnd/state time series per connection.
+"""`istrace track DIR|PCAP [--out track.parquet]`: TCP cwnd/state time series per connection.
 
 From a capture directory (docs/schema.md; `istrace capture --out DIR`) it uses, when present:
 probe events (events-*.jsonl/csv, exact), target.pcap for the target's sending direction (t2i)
@@ -6,8 +6,9 @@ and initiator.pcap for the initiator's (i2t), each direction tracked at its send
 point; decoded PDUs (pdus.csv) to say which command each loss hit. Given one pcap it tracks both
 directions from that single capture point.
 
-Writes three tables: the samples (--out, default DIR/track.csv), and beside it
-<stem>_states.csv (CA-state intervals) and <stem>_events.csv (retransmit/dupack/loss marks).
+Writes three tables: the samples (--out, default DIR/track.parquet), and beside it
+<stem>_states.parquet (CA-state intervals) and <stem>_events.parquet (retransmit/dupack/loss
+marks); CSV all three when --out ends in .csv.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def summary(res: track.TrackResult) -> str:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="istrace track", description=__doc__.split("\n")[0])
     ap.add_argument("input", help="capture directory or a pcap/pcapng file")
-    ap.add_argument("--out", help="samples CSV (default DIR/track.csv or PCAP-stem.track.csv)")
+    ap.add_argument("--out", help="samples table, Parquet or .csv (default DIR/track.parquet "
+                    "or PCAP-stem.track.parquet)")
     ap.add_argument("--pdus", help="pdus.csv to tie losses to commands")
     ap.add_argument("--host", default="initiator", help="capture point of a single pcap")
     args = parse(ap, argv)
@@ -82,7 +84,7 @@ def main(argv: list[str]) -> int:
             segs = conn_and_dir(load_segments(src), ports_of(args) or (DEFAULT_PORT,))
             res = track.track_pcap(segs, pdus, host=args.host)
             out = Path(args.out) if args.out else src.with_name(src.name.split(".")[0]
-                                                                 + ".track.csv")
+                                                                 + ".track.parquet")
         else:
             print(f"istrace track: {src}: no such file or directory", file=sys.stderr)
             return 2

@@ -396,11 +396,30 @@ class Session:
                     f"{role} capture: {seen - kept} packets passed the filter but were not "
                     "written before tcpdump stopped")
         if self.tb is not None and self.tb.emulator == "dummynet":
-            stats = self.tb.run_dir / "dummynet.json"
-            if stats.exists():
-                self.meta["path_stats"] = json.loads(stats.read_text())
+            self._path_stats(self.tb.run_dir / "dummynet.json")
         self.meta["negotiated"] = capture_meta.negotiated(self.out / "initiator.pcap",
                                                            capture_meta.target_ports(self.meta)[0])
+
+    def _path_stats(self, stats: Path, wait_s: float = 3.0) -> None:
+        """The emulator's counters as of after the traffic: it rewrites its stats file every
+        second, so the copy read just after the workload can be up to a second old (CI: 351
+        queue drops counted of a transfer that went on to resend 617 segments). Wait for a
+        write made after now, or its final one."""
+        after, deadline = time.time(), time.monotonic() + wait_s
+        while stats.exists():
+            written = stats.stat().st_mtime  # before the read: the text is at least this new
+            st = json.loads(stats.read_text())
+            if st.get("final") or written > after:
+                break
+            if time.monotonic() > deadline:
+                self.meta.setdefault("warnings", []).append(
+                    f"path emulator stats not rewritten within {wait_s:.0f} s: its counters "
+                    "may miss the end of the transfer")
+                break
+            time.sleep(0.05)
+        else:
+            return
+        self.meta["path_stats"] = st
 
     def teardown(self) -> None:
         if self.tb is not None and self.own_testbed and not self.a.keep:

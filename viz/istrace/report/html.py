@@ -16,6 +16,7 @@ from istrace.capture.outputs import write_track_tables, write_verdict
 from istrace.plot.render import KINDS, make_plots, timeline_spans
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
+from istrace.system import forked
 from istrace.track.of_capture import track_capture
 
 
@@ -92,15 +93,18 @@ def report(d: Path, out: Path | None = None,
     if cap.track is not None and not cap.track.samples.empty:
         write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
                            d / layout.TRACK)
-    step("plotting")
     spans = timeline_spans(cap)  # the timeline plot's and the Perfetto trace's
-    made = make_plots(cap, d / layout.PLOTS, KINDS, formats=("png",), spans=spans)
+    step("plotting (in a second process, beside the next two steps)")
+    plotted = forked.start(lambda: make_plots(cap, d / layout.PLOTS, KINDS, formats=("png",),
+                                              spans=spans))
     step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
     step("writing the Perfetto trace")
     inst = perfetto.merged_instants(cap)
     n = perfetto.write_trace(d / layout.TRACE_JSON, spans, inst)
+    step("waiting for the plots")
+    made = plotted()
     step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
     path = out or d / layout.REPORT
