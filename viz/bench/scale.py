@@ -7,10 +7,10 @@
 
 Everything merge and report derive is removed before each run (decoded/, merged.*, track*,
 plots/, report.html, trace.json, verdict.json), so each step does its whole work: first the
-decoder on each pcap (what merge would run itself: timed apart because it maps the pcap, so
-its RSS is the file's pages in the page cache, not memory it allocates), then merge, then
-report. Times are wall clock, RSS the kernel's peak (GNU time -v). Prints one table row per
-step and a JSON line.
+decoder on both pcaps at once (what merge would run itself: timed apart because it maps the
+pcap, so its RSS is the file's pages in the page cache, not memory it allocates), then
+merge, then report. Times are wall clock, RSS the kernel's peak (GNU time -v). Prints one
+table row per step and a JSON line.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -77,8 +78,12 @@ def main() -> int:
         subprocess.run(["sync"], check=True)
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
     rows = []
-    steps = [(f"decode {p.stem}", [str(paths.binary("istrace-decode")), "-q", "--csv-dir",
-                                   str(layout.decoded_dir(d, p.stem)), str(p)]) for p in pcaps]
+    # the decoder on both pcaps at once, as merge runs it
+    dec = [shlex.join([str(paths.binary("istrace-decode")), "-q", "--csv-dir",
+                       str(layout.decoded_dir(d, p.stem)), str(p)]) for p in pcaps]
+    both = " ".join(f"{c} & p{i}=$!;" for i, c in enumerate(dec)) + " " + " && ".join(
+        f"wait $p{i}" for i in range(len(dec)))
+    steps = [("decode (" + " + ".join(p.stem for p in pcaps) + ")", ["sh", "-c", both])]
     for p in pcaps:
         layout.decoded_dir(d, p.stem).mkdir(parents=True, exist_ok=True)
     for step, argv in steps + [("merge", ["istrace", "merge", str(d)]),

@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -340,15 +341,21 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     # The decoder first: its segments.bin (beside the PDUs) is the segment table.
     decoded: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None]] = {}
     seg_dirs: dict[str, Path] = {}
+    dds = {h: next((c for c in layout.decoded_dirs(d, h) if (c / layout.PDUS).is_file()),
+                   layout.decoded_dir(d, h)) for h in HOSTS}
+    todo = [h for h in HOSTS
+            if not (dds[h] / layout.PDUS).is_file() and layout.pcap(d, h).is_file()]
+    for h in todo:
+        say(f"merge: decoding {layout.pcap(d, h).name} into {dds[h].relative_to(d)}/")
+    # both pcaps at once: each decoder is a process of its own (3.8 + 7.7 s one after the
+    # other for the two pcaps of a 10 s full-rate capture)
+    with ThreadPoolExecutor(max_workers=max(len(todo), 1)) as pool:
+        problems = dict(zip(todo, pool.map(
+            lambda h: _decode(layout.pcap(d, h), dds[h], ports), todo), strict=True))
     for h in HOSTS:
-        dd = next((c for c in layout.decoded_dirs(d, h) if (c / layout.PDUS).is_file()),
-                  layout.decoded_dir(d, h))
-        pcap = layout.pcap(d, h)
-        if not (dd / layout.PDUS).is_file() and pcap.is_file():
-            say(f"merge: decoding {pcap.name} into {dd.relative_to(d)}/")
-            problem = _decode(pcap, dd, ports)
-            if problem:
-                notes.append(f"PDUs of {h} not available: {problem}")
+        dd = dds[h]
+        if problems.get(h):
+            notes.append(f"PDUs of {h} not available: {problems[h]}")
         decoded[h] = load_decoded(dd)
         seg_dirs[h] = dd if (dd / layout.SEGMENTS).is_file() else layout.decoded_dir(d, h)
     seg_bins: dict[str, Path] = {}
