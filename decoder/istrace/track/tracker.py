@@ -52,6 +52,8 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame(columns=columns)
+    if len(frames) == 1:  # the usual case (one connection, one direction): no copy
+        return frames[0][columns]
     # label columns stay categorical (pd.concat makes text of categoricals whose labels
     # differ, the per-connection ones always do): millions of samples, a few labels
     labels = [c for c in columns if all(
@@ -69,7 +71,7 @@ def _frame(data: dict[str, object], columns: list[str], n: int) -> pd.DataFrame:
     for c in columns:
         v = data.get(c)
         out[c] = np.full(n, np.nan) if v is None else v
-    return pd.DataFrame(out, columns=columns)
+    return pd.DataFrame(out, columns=columns, copy=False)  # no 2-D block: no second copy
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,6 +228,10 @@ def _rate(ts: np.ndarray, cum_bytes: np.ndarray, window_ns: int | None = None) -
 # estimated: pcap segments
 
 
+# what _track_one reads of a segment
+_TRACK_COLUMNS = ["ts_ns", "seq", "ack", "flags", "win", "len", "sack", "conn", "dir"]
+
+
 def _window_scales(segs: pd.DataFrame) -> dict[tuple[str, str], int | None]:
     """Window scale each side announced, applied only when both SYNs carried the option."""
     syn = segs[(segs["flags"] & TCP_SYN) != 0]
@@ -256,8 +262,10 @@ def track_pcap(segs: pd.DataFrame, pdus: pd.DataFrame | None = None,
     if segs is None or segs.empty:
         return res
     scales = _window_scales(segs)
-    for conn in segs["conn"].unique():
-        c = segs[segs["conn"] == conn]
+    segs = segs[[k for k in _TRACK_COLUMNS if k in segs.columns]]  # a view, not a copy
+    conns = segs["conn"].unique()
+    for conn in conns:
+        c = segs if len(conns) == 1 else segs[segs["conn"] == conn]
         for d in dirs:
             if scales.get((conn, d)) is None:
                 res.notes.append(f"{conn}: SYN not captured, receive window unscaled (raw)")
@@ -274,30 +282,35 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
                scales: dict[tuple[str, str], int | None], pdus: pd.DataFrame | None,
                dupack_threshold: int, reorder_window_ns: int) -> TrackResult | None:
     rev = "t2i" if d == "i2t" else "i2t"
-    snd = c[c["dir"] == d]
-    rcv = c[c["dir"] == rev]
-    data = snd[snd["len"] > 0]
-    if data.empty or not (data["len"] > 0).any():
+    # Masks and the columns' arrays, not sub-tables: a table per subset (the direction, its
+    # data, the ACKs) would copy every column of millions of rows, several times over.
+    col = {k: c[k].to_numpy() for k in ("ts_ns", "seq", "ack", "flags", "win", "len")}
+    flags, length = col["flags"], col["len"]
+    snd = (c["dir"] == d).to_numpy()
+    data = snd & (length > 0)
+    if not data.any():
         return None
-    syn = snd[(snd["flags"] & TCP_SYN) != 0]
-    base = int(syn["seq"].iloc[0]) + 1 if not syn.empty else int(data["seq"].iloc[0])
+    syn = np.flatnonzero(snd & ((flags & TCP_SYN) != 0))
+    base = int(col["seq"][syn[0]]) + 1 if len(syn) else int(col["seq"][data][0])
 
     # Sender side: each segment's start/end, relative to the first data byte.
-    d_ts = data["ts_ns"].to_numpy(np.int64)
-    d_start = unwrap(data["seq"].to_numpy(np.int64), base)
-    d_len = data["len"].to_numpy(np.int64)
+    d_ts = col["ts_ns"][data].astype(np.int64)
+    d_start = unwrap(col["seq"][data].astype(np.int64), base)
+    d_len = length[data].astype(np.int64)
     d_end = d_start + d_len
     prev_max = np.maximum.accumulate(np.concatenate([[0], d_end]))[:-1]
     behind = (d_len > 0) & (d_start < prev_max)
 
     # Receiver side: ACKs of this direction's data.
-    acks = rcv[(rcv["flags"] & TCP_ACK) != 0]
-    a_ts = acks["ts_ns"].to_numpy(np.int64)
-    a_ack = unwrap(acks["ack"].to_numpy(np.int64), base) if len(acks) else np.zeros(0, np.int64)
+    acks = (c["dir"] == rev).to_numpy() & ((flags & TCP_ACK) != 0)
+    a_ts = col["ts_ns"][acks].astype(np.int64)
+    a_ack = unwrap(col["ack"][acks].astype(np.int64), base) if acks.any() else \
+        np.zeros(0, np.int64)
     a_ack = np.maximum(a_ack, 0)  # an ACK of the SYN alone: nothing of the data yet
     shift = scales.get((conn, rev)) or 0
-    a_win = acks["win"].to_numpy(np.int64) << shift
-    a_win = np.where((acks["flags"].to_numpy() & TCP_SYN) != 0, acks["win"].to_numpy(), a_win)
+    a_win_raw = col["win"][acks].astype(np.int64)
+    a_flags = flags[acks]
+    a_win = np.where((a_flags & TCP_SYN) != 0, a_win_raw, a_win_raw << shift)
     a_una = np.maximum.accumulate(a_ack) if len(a_ack) else a_ack
 
     # Merge both streams in time order: in flight = highest end sent - highest ack seen.
@@ -350,12 +363,11 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
         rtt = np.where(okk, (a_ts - seg_ts) / 1000.0, np.nan)
 
     # Duplicate ACKs: pure ACKs repeating the highest ack with the same window while data is out.
-    a_len = acks["len"].to_numpy(np.int64)
-    a_flags = acks["flags"].to_numpy()
+    a_len = length[acks].astype(np.int64)
     pure = (a_len == 0) & ((a_flags & (TCP_SYN | TCP_FIN | TCP_RST)) == 0)
     # Same ACK number as the one before and as the highest; the window unchanged, or a SACK
     # block present (RFC 6675: a SACK-carrying ACK counts even if the window moved).
-    a_sack = acks["sack"].to_numpy() if "sack" in acks.columns else np.zeros(len(acks), int)
+    a_sack = c["sack"].to_numpy()[acks] if "sack" in c.columns else np.zeros(len(a_ts), int)
     same = np.zeros(len(a_ack), bool)
     if len(a_ack) > 1:
         same[1:] = (a_ack[1:] == a_ack[:-1]) & (a_ack[1:] == a_una[1:]) & (

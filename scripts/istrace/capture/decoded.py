@@ -113,16 +113,28 @@ def _segment_frame(rec: np.ndarray, labels: pd.Index, columns: list[str]) -> pd.
             out[c] = pd.Categorical.from_codes(rec[c].astype(np.int64), labels)
         else:
             out[c] = rec[c].astype(np.int64)
-    return pd.DataFrame(out, columns=columns)
+    # copy=False: a column per block, not stacked into one 2-D block (a second copy of
+    # every column at once, the peak of a large capture's load)
+    return pd.DataFrame(out, columns=columns, copy=False)
 
 
-def read_segments(path: str | Path) -> pd.DataFrame:
-    """A segments.bin as the decoder writes it: the records read whole, not parsed; int64
-    columns (as segments.csv's), the addresses as categoricals of their text."""
+def read_segments(path: str | Path, columns: list[str] | None = None,
+                  rows: int = 1 << 20) -> pd.DataFrame:
+    """A segments.bin as the decoder writes it: the records read, not parsed, `rows` at a
+    time into whole columns (the records of a 60 s capture are 700 MB; a slice is 72 MB);
+    int64 columns (as segments.csv's), the addresses as categoricals of their text."""
     path = Path(path)
     n, labels = _segment_file(path)
-    rec = np.fromfile(path, _SEG_RECORD, count=n)  # one read: no per-page faults of a map
-    return _segment_frame(rec, labels, SEGMENT_COLUMNS)
+    columns = columns or SEGMENT_COLUMNS
+    cols = {c: np.empty(n, np.int64) for c in columns}
+    with open(path, "rb") as f:
+        for i in range(0, n, rows):
+            rec = np.fromfile(f, _SEG_RECORD, count=min(rows, n - i))
+            for c, v in cols.items():
+                v[i:i + len(rec)] = rec[c]
+    out = {c: pd.Categorical.from_codes(v, labels) if c in ("src", "dst") else v
+           for c, v in cols.items()}
+    return pd.DataFrame(out, columns=columns, copy=False)
 
 
 def segment_count(path: str | Path) -> int:
@@ -148,7 +160,8 @@ def iter_segments(path: str | Path, rows: int = 1 << 21,
 
 
 def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
-                  timeout: float | None = None) -> pd.DataFrame:
+                  timeout: float | None = None,
+                  columns: list[str] | None = None) -> pd.DataFrame:
     """Every TCP segment of a capture (schema §4b), one row each, in file order.
 
     The decoder writes the table (`istrace-decode --segments`, no iSCSI decoding). With
@@ -157,12 +170,12 @@ def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
     Raises DecodeError (returncode 2: not a readable capture) or paths.MissingBinary.
     """
     if cache_dir is not None:
-        return read_segments(segments_file(pcap, cache_dir, timeout))
+        return read_segments(segments_file(pcap, cache_dir, timeout), columns)
     fd, tmp = tempfile.mkstemp(prefix="istrace-segments-", suffix=".bin")
     os.close(fd)
     try:
         _decode_segments(Path(pcap), Path(tmp), timeout)
-        return read_segments(tmp)
+        return read_segments(tmp, columns)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

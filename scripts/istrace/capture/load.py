@@ -32,6 +32,9 @@ HOSTS = layout.HOSTS
 # has every column); a third less memory in every copy of millions of rows.
 SEGMENT_COLUMNS = ["ts_ns", "seq", "ack", "flags", "win", "len", "wscale", "tsval", "tsecr",
                    "sack", "conn", "dir"]
+# read from segments.bin: those, and the addresses and ports conn and dir are made of
+_READ_COLUMNS = [c for c in SEGMENT_COLUMNS if c not in ("conn", "dir")] + [
+    "src", "sport", "dst", "dport"]
 
 
 class EmptyCapture(ValueError):
@@ -154,8 +157,9 @@ def load_capture(d: str | Path, decode: bool = True,
         seg_dir = found if found is not None and (found / layout.SEGMENTS).is_file() \
             else layout.decoded_dir(d, host)
         try:
-            cap.segs[host] = conn_and_dir(load_segments(pcap, cache_dir=seg_dir),
-                                          cap.ports)[SEGMENT_COLUMNS]
+            raw = load_segments(pcap, cache_dir=seg_dir, columns=_READ_COLUMNS)
+            cap.segs[host] = conn_and_dir(raw, cap.ports)[SEGMENT_COLUMNS]
+            del raw
         except (DecodeError, MissingBinary, OSError) as exc:
             cap.warnings.append(f"{host}.pcap: no TCP segments ({exc})")
             if found is None:

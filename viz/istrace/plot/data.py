@@ -183,6 +183,16 @@ def idle_gaps(ladder: pd.DataFrame, min_gap_ns: int = 0) -> pd.DataFrame:
 # ------------------------------------------------------------------------------ wire activity
 
 
+
+def payload(segs: pd.DataFrame, d: str, columns: tuple[str, ...] = ("ts_ns", "len")
+            ) -> pd.DataFrame:
+    """The payload-carrying segments of direction `d`, only `columns`: a capture's segments
+    are millions of rows of twelve columns, and a filtered copy of all of them for two is
+    most of an analysis' peak memory."""
+    m = ((segs["dir"] == d) & (segs["len"] > 0)).to_numpy()
+    return segs.loc[m, list(columns)]
+
+
 def data_bursts(segs: pd.DataFrame, d: str = "t2i", gap_ns: int = 1_000_000) -> pd.DataFrame:
     """Runs of payload-carrying segments of one direction separated by less than `gap_ns`.
 
@@ -192,22 +202,22 @@ def data_bursts(segs: pd.DataFrame, d: str = "t2i", gap_ns: int = 1_000_000) -> 
     cols = ["start_ns", "end_ns", "bytes", "segments"]
     if segs is None or segs.empty:
         return pd.DataFrame(columns=cols)
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    x = payload(segs, d)
     if x.empty:
         return pd.DataFrame(columns=cols)
-    ts = np.sort(x["ts_ns"].to_numpy(np.int64))
-    ln = x.sort_values("ts_ns", kind="stable")["len"].to_numpy(np.int64)
-    brk = np.concatenate([[True], np.diff(ts) > gap_ns])
-    gid = np.cumsum(brk)
-    df = pd.DataFrame({"ts": ts, "len": ln, "g": gid}).groupby("g")
-    return pd.DataFrame({"start_ns": df["ts"].min(), "end_ns": df["ts"].max(),
-                         "bytes": df["len"].sum(), "segments": df.size()}).reset_index(drop=True)
+    order = np.argsort(x["ts_ns"].to_numpy(np.int64), kind="stable")
+    ts = x["ts_ns"].to_numpy(np.int64)[order]
+    ln = x["len"].to_numpy(np.int64)[order]
+    first = np.flatnonzero(np.concatenate([[True], np.diff(ts) > gap_ns]))
+    last = np.concatenate([first[1:] - 1, [len(ts) - 1]])
+    return pd.DataFrame({"start_ns": ts[first], "end_ns": ts[last],
+                         "bytes": np.add.reduceat(ln, first), "segments": last - first + 1})
 
 
 def burst_gap_threshold(segs: pd.DataFrame, d: str = "t2i") -> int:
     """Gap that separates bursts: 5x the median spacing of data segments, at least 100 us
     (shorter pauses are the sender's own pacing, not waiting for the other end)."""
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]["ts_ns"].to_numpy(np.int64)
+    x = payload(segs, d, ("ts_ns",))["ts_ns"].to_numpy(np.int64)
     if len(x) < 3:
         return 1_000_000
     med = float(np.median(np.diff(np.sort(x))))
@@ -267,7 +277,7 @@ def throughput(segs: pd.DataFrame | None, d: str = "t2i", bins: int = 200,
     cols = ["t_ns", "bytes", "MBps"]
     if segs is None or segs.empty:
         return pd.DataFrame(columns=cols)
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    x = payload(segs, d)
     if x.empty:
         return pd.DataFrame(columns=cols)
     ts = x["ts_ns"].to_numpy(np.int64)
@@ -461,7 +471,7 @@ def seq_graph(segs: pd.DataFrame | None, d: str = "t2i",
              "acks": pd.DataFrame(columns=["t_ns", "ack", "win_edge"])}
     if segs is None or segs.empty:
         return empty
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    x = payload(segs, d, ("ts_ns", "seq", "len"))
     if x.empty:
         return empty
     base = int(x["seq"].iloc[0])
@@ -472,10 +482,11 @@ def seq_graph(segs: pd.DataFrame | None, d: str = "t2i",
     sg = pd.DataFrame({"t_ns": x["ts_ns"].to_numpy(np.int64), "start": start, "end": end,
                        "rtx": rtx})
     rev = "i2t" if d == "t2i" else "t2i"
-    a = segs[(segs["dir"] == rev) & ((segs["flags"] & 0x10) != 0)]
+    a = segs.loc[((segs["dir"] == rev) & ((segs["flags"] & 0x10) != 0)).to_numpy(),
+                 ["ts_ns", "ack", "win", "flags"]]
     ack = tcpseq.unwrap(a["ack"].to_numpy(np.int64), base)
     # The receiver's window is scaled by the shift its SYN announced (if both SYNs had one).
-    syn = segs[(segs["flags"] & 0x02) != 0]
+    syn = segs.loc[((segs["flags"] & 0x02) != 0).to_numpy(), ["dir", "wscale"]]
     ws = {dd: syn.loc[syn["dir"] == dd, "wscale"] for dd in (d, rev)}
     shift = 0
     if all(len(v) for v in ws.values()) and min(int(v.iloc[0]) for v in ws.values()) >= 0:
@@ -614,7 +625,7 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
         return pd.DataFrame(columns=SPAN_COLUMNS)
     p = pdus[(pdus["dir"] == d) & pdus["opcode_name"].isin(DATA_OPS) & pdus["cmd"].notna()
              & pdus["tcp_seq"].notna()]
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    x = payload(segs, d, ("ts_ns", "seq", "len", "conn"))
     if p.empty or x.empty:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     frames = []

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace.capture.labels import is_
 from istrace.plot import data
 
 LOSS_STATES = ("Recovery", "Loss")
@@ -166,6 +167,17 @@ def _asof(ts: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
     return out
 
 
+# what the window causes read of the tracker's samples (millions of rows at full rate)
+SAMPLE_COLUMNS = ["ts_ns", "source", "host", "cwnd", "inflight_bytes", "rwnd"]
+
+
+def _by_time(samples: pd.DataFrame) -> pd.DataFrame:
+    """The samples in time order (the tracker's usually are: then no copy)."""
+    if samples["ts_ns"].is_monotonic_increasing:
+        return samples
+    return samples.sort_values("ts_ns", kind="stable")
+
+
 def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarray:
     """For each time in `at`: which window held in-flight data back. Bytes in flight and the
     receive window from the pcap (every segment), the congestion window from probe events
@@ -173,9 +185,9 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarr
     cause = np.full(len(at), "tcp_window", dtype=object)
     if samples is None or samples.empty:
         return cause
-    s = samples.sort_values("ts_ns", kind="stable")
-    src = s["source"].astype(str)
-    est = s[(src == "estimated") & s["inflight_bytes"].notna()]
+    s = _by_time(samples)
+    src = s["source"]
+    est = s[is_(src, "estimated") & s["inflight_bytes"].notna()]
     if est.empty:
         est = s[s["inflight_bytes"].notna()]
     inf = _asof(est["ts_ns"].to_numpy(np.int64), est["inflight_bytes"].to_numpy(np.float64), at)
@@ -184,7 +196,7 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarr
         win = _asof(rw["ts_ns"].to_numpy(np.int64), rw["rwnd"].to_numpy(np.float64), at)
         with np.errstate(invalid="ignore"):
             cause[inf >= FULL * win] = "tcp_rwnd"
-    ex = s[(src == "exact") & s["cwnd"].notna()]
+    ex = s[is_(src, "exact") & s["cwnd"].notna()]
     if not ex.empty:
         cw = _asof(ex["ts_ns"].to_numpy(np.int64), ex["cwnd"].to_numpy(np.float64), at) * mss
         todo = (cause == "tcp_window") & ~np.isnan(cw) & ~np.isnan(inf)
@@ -215,18 +227,18 @@ def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
     below = np.ones(len(at), bool)
     if samples is None or samples.empty or not len(at):
         return below
-    s = samples.sort_values("ts_ns", kind="stable")
-    src = s["source"].astype(str)
-    ex = s[(src == "exact") & s["cwnd"].notna()]
+    s = _by_time(samples)
+    src = s["source"]
+    ex = s[is_(src, "exact") & s["cwnd"].notna()]
     if not ex.empty:
         ts, level = ex["ts_ns"].to_numpy(np.int64), ex["cwnd"].to_numpy(np.float64)
         top = float(level.max())
     else:
-        est = s[(src == "estimated") & s["inflight_bytes"].notna()]
+        est = s[is_(src, "estimated") & s["inflight_bytes"].notna()]
         if est.empty:
             return below
         if "host" in est.columns:
-            est = est[est["host"].astype(str) == sender]
+            est = est[is_(est["host"], sender)]
             if est.empty:
                 k = _before(episodes, at)
                 return (k >= 0) & (at - episodes[np.maximum(k, 0)] <= REGROW_NS)
@@ -363,7 +375,7 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
               pdu_spans: tuple[np.ndarray, np.ndarray] | None) -> None:
     """Time per cause of one connection from the sender's bursts and gaps."""
     d = acc.direction
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    x = data.payload(segs, d)
     if x.empty:
         return
     bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))

@@ -238,7 +238,7 @@ def account(cap: Capture) -> accounting.Accounting | None:
             acc.unsure.append("commands timed at the initiator only and no round-trip time: "
                               "the target's service time cannot be told from the path's")
     cap_bps, _ = capacity(cap)
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+    x = data.payload(segs, d, ("ts_ns", "len", "conn"))
     phase = (int(x["ts_ns"].min()), int(x["ts_ns"].max())) if not x.empty else None
     cpu = accounting.cpu_saturation(cap, phase)
     # The PDUs decoded where the segments were taken (the receiver's, without the sender's
@@ -255,10 +255,11 @@ def account(cap: Capture) -> accounting.Accounting | None:
             t0 = min(t0, int(cmds["issue_ts_ns"].min()))
         span = int(x["ts_ns"].max()) - t0
         link_busy = float(totals.sum()) / cap_bps / (span / 1e9) if span > 0 else None
+    present = segs["conn"].unique()
     for conn, nbytes in totals.items():
         if nbytes < 0.01 * totals.sum():
             continue
-        c = segs[segs["conn"] == conn]
+        c = segs if len(present) == 1 else segs[segs["conn"] == conn]  # one: no copy
         cc = cmds[cmds["conn"].astype(str) == str(conn)] if cmds is not None \
             and "conn" in cmds.columns else cmds
         r2t = np.zeros(0, np.int64)
@@ -266,8 +267,10 @@ def account(cap: Capture) -> accounting.Accounting | None:
             p = pdus[(pdus["opcode_name"] == "R2T") & (pdus["conn"].astype(str) == str(conn))]
             r2t = np.sort(p["ts_ns"].dropna().to_numpy(np.int64))
         samples = cap.track.samples if cap.track is not None else pd.DataFrame()
-        if not samples.empty:
-            samples = samples[is_(samples["dir"], d) & is_(samples["conn"], str(conn))]
+        if not samples.empty:  # the rows and columns the accounting reads, not a copy of all
+            samples = samples.loc[
+                (is_(samples["dir"], d) & is_(samples["conn"], str(conn))).to_numpy(),
+                [k for k in accounting.SAMPLE_COLUMNS if k in samples.columns]]
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
@@ -305,7 +308,7 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     rtx = _retransmits(cap, d)
     ev["retransmits"] = rtx
     ev["loss_rate"] = rtx / nseg if nseg else None
-    x = segs[(segs["dir"] == d) & (segs["len"] > 0)] if segs is not None else None
+    x = data.payload(segs, d, ("ts_ns",)) if segs is not None else None
     phase = (int(x["ts_ns"].min()), int(x["ts_ns"].max())) if x is not None and len(x) else None
     ev["cpu_use"] = accounting.cpu_use(cap, phase)
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
