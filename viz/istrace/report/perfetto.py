@@ -17,6 +17,7 @@ from istrace.capture import segtable
 from istrace.capture.labels import is_
 from istrace.capture.load import read_merged
 from istrace.plot import data
+from pandas.api.types import union_categoricals
 
 PIDS = {"initiator": 1, "wire": 2, "target": 3}
 LAYERS = ["syscall", "block", "scsi", "iscsi", "tcp", "net", "store"]
@@ -64,9 +65,15 @@ def _track_events(used: set[tuple[str, str]]) -> list[dict]:
 def _kinds(instants: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, str]]]:
     """Each instant's kind (host, layer, event) as a code, and the kinds: a million instants
     are a few dozen kinds, each formatted once."""
-    codes, uniq = pd.MultiIndex.from_arrays(
-        [instants["host"], instants["layer"], instants["event"]]).factorize()
-    return codes.astype(np.int64), [(str(h), str(la), str(e)) for h, la, e in uniq]
+    # each column factorized alone, the three codes packed into one integer: a MultiIndex
+    # of a million rows builds a million tuples (most of this step's second)
+    (hc, hu), (lc, lu), (ec, eu) = (pd.factorize(instants[c], use_na_sentinel=False)
+                                    for c in ("host", "layer", "event"))
+    key = (hc.astype(np.int64) * len(lu) + lc) * len(eu) + ec
+    uniq, codes = np.unique(key, return_inverse=True)
+    return codes.reshape(-1).astype(np.int64), [
+        (str(hu[k // (len(lu) * len(eu))]), str(lu[k // len(eu) % len(lu)]),
+         str(eu[k % len(eu)])) for k in uniq.tolist()]
 
 
 def _instant_lines(ts_ns: np.ndarray, codes: np.ndarray, heads: np.ndarray,
@@ -107,6 +114,12 @@ def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFr
     return pd.concat(frames, ignore_index=True)
 
 
+def _labels(cat: pd.Categorical) -> pd.Categorical:
+    """The same labels with plain-object categories (union_categoricals wants one kind)."""
+    return pd.Categorical.from_codes(cat.codes, pd.Index(cat.categories.astype(object),
+                                                         dtype=object))
+
+
 def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
     """The merged trace's rows on the initiator clock: every probe event and PDU, then the
     TCP segments from the start as many as `most` leaves room for (read no further: a
@@ -118,17 +131,24 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
     if m is not None and not m.empty:
         ts = pd.to_numeric(m["ts_ns_merged"], errors="coerce")
         ok = ts.notna().to_numpy()
-        parts = [pd.DataFrame({"ts_ns": ts[ok].astype(np.int64).to_numpy(),
-                               "host": m["host"].astype(object).to_numpy()[ok],
-                               "layer": m["layer"].astype(object).to_numpy()[ok],
-                               "event": m["event"].astype(object).to_numpy()[ok]})]
-        room = most - len(parts[0])
+        # labels stay categorical: a million rows of text are a few dozen names, and
+        # reordering text columns (pyarrow strings) was most of this step
+        parts = [{"ts_ns": ts[ok].astype(np.int64).to_numpy(),
+                  **{c: _labels(pd.Categorical(m[c].astype(object))[ok])
+                     for c in ("host", "layer", "event")}}]
+        room = most - len(parts[0]["ts_ns"])
         for host in segtable.hosts(cap.dir) if room > 0 else []:
             s = segtable.read(cap.dir, host, ["ts_ns_merged"], max_rows=room)
-            parts.append(pd.DataFrame({"ts_ns": s["ts_ns_merged"].to_numpy(np.int64),
-                                       "host": host, "layer": "net", "event": "segment"}))
-        out = pd.concat(parts, ignore_index=True)
-        return out.iloc[np.argsort(out["ts_ns"].to_numpy(), kind="stable")]
+            n = len(s)
+            parts.append({"ts_ns": s["ts_ns_merged"].to_numpy(np.int64),
+                          **{c: _labels(pd.Categorical.from_codes(np.zeros(n, np.int8), [v]))
+                             for c, v in (("host", host), ("layer", "net"),
+                                          ("event", "segment"))}})
+        out = pd.DataFrame({"ts_ns": np.concatenate([p["ts_ns"] for p in parts]),
+                            **{c: union_categoricals([p[c] for p in parts])
+                               for c in ("host", "layer", "event")}})
+        order = np.argsort(out["ts_ns"].to_numpy(), kind="stable")
+        return out.iloc[order].reset_index(drop=True)
     parts = [pdu_instants(cap.pdus, cap.offset_ns)]
     ev = cap.events
     if ev is not None and not ev.empty:
