@@ -32,7 +32,7 @@ from istrace.system import paths  # noqa: E402
 DERIVED = ["decoded", "merged.parquet", "merged.csv", "clock.json", "track.csv", "track.parquet",
            "track_states.csv", "track_events.csv", "track_states.parquet",
            "track_events.parquet", "plots", "report.html", "trace.json",
-           "verdict.json"]
+           "verdict.json", "verdict.parquet", "commands"]
 
 
 def timed(argv: list[str]) -> tuple[float, float, str]:

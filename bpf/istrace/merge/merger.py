@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from istrace.capture import attribution, layout, segtable
+from istrace.capture import attribution, cmdtable, layout, segtable
 from istrace.capture.decoded import DecodeError, decode_to_dir, segments_file
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, events_file, read_events_table
 from istrace.capture.meta import read_meta, target_ports
@@ -486,6 +486,12 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
             k = f"{g['host']}/{g['layer']}"
             counts[k] = counts.get(k, 0) + int(g["ts_ns_count"])
     del parts
+    for h in HOSTS:  # each host's commands, times also on the common clock
+        _pdus, host_cmds = decoded[h]
+        if host_cmds is None:
+            cmdtable.remove(d, h)  # an older merge's would contradict this one
+        else:
+            cmdtable.write(d, h, host_cmds, off)
     for h in HOSTS:
         if h not in seg_bins:
             segtable.remove(d, h)  # an older merge's would contradict this one

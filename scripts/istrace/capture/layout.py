@@ -9,9 +9,12 @@ has the table of who writes and who reads each).
     DIR/merged.parquet, clock.json     one clock, one trace of events and PDUs (istrace merge)
     DIR/segments/host=<host>/*.parquet every TCP segment on that clock, tied to its command
                                        (istrace merge; Hive-partitioned by host)
+    DIR/commands/host=<host>/*.parquet each host's SCSI commands, times on that clock too
+                                       (istrace merge; Hive-partitioned by host)
     DIR/track.parquet (+_states, _events)  cwnd/state series (istrace track, report)
     DIR/plots/, report.html, trace.json  (istrace plot, report)
     DIR/verdict.json                   what limited the transfer (istrace report)
+    DIR/verdict.parquet                its shares, a row per cause, for queries across captures
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ CLOCK = "clock.json"
 MERGED = "merged.parquet"
 MERGED_CSV = "merged.csv"
 SEGMENT_TABLE = "segments"
+COMMAND_TABLE = "commands"
 TRACK = "track.parquet"
 PLOTS = "plots"
 REPORT = "report.html"
 VERDICT = "verdict.json"
+VERDICT_TABLE = "verdict.parquet"
 TRACE_JSON = "trace.json"
 
 PDUS = "pdus.csv"
@@ -45,6 +50,11 @@ def segment_table(d: Path, host: str) -> Path:
     """The merged per-packet table of one host: a Hive partition (`host=<host>`), so DuckDB,
     Arrow or Spark read DIR/segments/ (or many captures' at once) as one table."""
     return d / SEGMENT_TABLE / f"host={host}" / "part-0.parquet"
+
+
+def command_table(d: Path, host: str) -> Path:
+    """One host's commands (istrace.capture.cmdtable), partitioned as segment_table is."""
+    return d / COMMAND_TABLE / f"host={host}" / "part-0.parquet"
 
 
 def events_file(d: Path, host: str, fmt: str = "jsonl") -> Path:

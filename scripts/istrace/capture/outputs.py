@@ -67,10 +67,29 @@ def _json_safe(x: Any) -> Any:
 
 
 def write_verdict(verdict: dict[str, Any], d: Path) -> Path:
-    """verdict.json (docs/schema.md §8) beside report.html; read back with read_verdict."""
+    """verdict.json (docs/schema.md §8) beside report.html, read back with read_verdict; and
+    its shares as verdict.parquet (verdict_rows), for queries across captures."""
     p = d / layout.VERDICT
     p.write_text(json.dumps(_json_safe(verdict), indent=1) + "\n")
+    pq.write_table(pa.Table.from_pandas(verdict_rows(verdict), preserve_index=False),
+                   d / layout.VERDICT_TABLE)
     return p
+
+
+def verdict_rows(verdict: dict[str, Any]) -> pd.DataFrame:
+    """A row per cause with a share: cause, share, primary (the verdict's first cause),
+    unsure (the verdict said it was), and the evidence's direction, sender and throughput."""
+    ev = verdict.get("evidence") or {}
+    prim = (verdict.get("primary") or {}).get("cause")
+    shares = verdict.get("shares") or {}
+    return pd.DataFrame({
+        "cause": pd.Series(list(shares), dtype=object),
+        "share": pd.Series([float(v) for v in shares.values()], dtype="float64"),
+        "primary": pd.Series([c == prim for c in shares], dtype=bool),
+        "unsure": bool(verdict.get("unsure")),
+        "direction": ev.get("direction"), "sender": ev.get("sender"),
+        "throughput_MBps": pd.Series([ev.get("throughput_MBps")] * len(shares),
+                                     dtype="float64")})
 
 
 def read_verdict(d: Path) -> dict[str, Any]:
