@@ -41,7 +41,10 @@ class SegmentTableWriter:
         self.path = layout.segment_table(d, host)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(f".{self.path.name}.tmp")
-        self._w = pq.ParquetWriter(self._tmp, SCHEMA, compression="lz4")
+        # dictionary pages for the labels only: tried on every integer column they are
+        # built and thrown away (half the write time, the same file size after lz4)
+        self._w = pq.ParquetWriter(self._tmp, SCHEMA, compression="lz4",
+                                   use_dictionary=["conn", "dir"])
         self.rows = 0
 
     def write(self, cols: dict[str, object]) -> None:
