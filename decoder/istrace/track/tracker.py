@@ -294,23 +294,26 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     base = int(col["seq"][syn[0]]) + 1 if len(syn) else int(col["seq"][data][0])
 
     # Sender side: each segment's start/end, relative to the first data byte.
-    d_ts = col["ts_ns"][data].astype(np.int64)
-    d_start = unwrap(col["seq"][data].astype(np.int64), base)
+    d_ts = col["ts_ns"][data].astype(np.int64, copy=False)
+    d_start = unwrap(col["seq"][data].astype(np.int64, copy=False), base)
     d_len = length[data].astype(np.int64)
     d_end = d_start + d_len
-    prev_max = np.maximum.accumulate(np.concatenate([[0], d_end]))[:-1]
-    behind = (d_len > 0) & (d_start < prev_max)
 
     # Receiver side: ACKs of this direction's data.
-    acks = (c["dir"] == rev).to_numpy() & ((flags & TCP_ACK) != 0)
-    a_ts = col["ts_ns"][acks].astype(np.int64)
-    a_ack = unwrap(col["ack"][acks].astype(np.int64), base) if acks.any() else \
+    from_rev = (c["dir"] == rev).to_numpy()
+    acks = from_rev & ((flags & TCP_ACK) != 0)
+    # A direction carrying only commands or only status (under 1% of the bytes the other way)
+    # is acknowledged by every data segment of the other: those ACK rows repeat its state.
+    minor = int(length[data].sum()) * 100 < int(length[from_rev].sum())
+    del data, from_rev
+    a_ts = col["ts_ns"][acks].astype(np.int64, copy=False)
+    a_ack = unwrap(col["ack"][acks].astype(np.int64, copy=False), base) if acks.any() else \
         np.zeros(0, np.int64)
     a_ack = np.maximum(a_ack, 0)  # an ACK of the SYN alone: nothing of the data yet
     shift = scales.get((conn, rev)) or 0
-    a_win_raw = col["win"][acks].astype(np.int64)
     a_flags = flags[acks]
-    a_win = np.where((a_flags & TCP_SYN) != 0, a_win_raw, a_win_raw << shift)
+    a_win = col["win"][acks].astype(np.int64)
+    a_win = np.where((a_flags & TCP_SYN) != 0, a_win, a_win << shift)
     a_una = np.maximum.accumulate(a_ack) if len(a_ack) else a_ack
 
     # Merge both streams in time order: in flight = highest end sent - highest ack seen.
@@ -318,63 +321,23 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     kind = np.concatenate([np.zeros(len(d_ts), np.int8), np.ones(len(a_ts), np.int8)])
     order = np.lexsort((kind, ts))
     ts, kind = ts[order], kind[order]
-    snd_nxt = np.concatenate([np.maximum.accumulate(d_end), np.full(len(a_ts), -1)])[order]
-    una = np.concatenate([np.full(len(d_ts), -1), a_una])[order]
-    snd_nxt = np.maximum.accumulate(snd_nxt)
-    una = np.maximum.accumulate(una)
+    snd_nxt = np.maximum.accumulate(
+        np.concatenate([np.maximum.accumulate(d_end), np.full(len(a_ts), -1)])[order])
+    una = np.maximum.accumulate(np.concatenate([np.full(len(d_ts), -1), a_una])[order])
     inflight = np.maximum(snd_nxt - np.maximum(una, 0), 0)
     inv = np.empty_like(order)
     inv[order] = np.arange(len(order))
+    del order
+    a_pos = inv[len(d_ts):]  # where each ACK sits in the merged stream
 
-    # A segment behind the highest byte sent is a retransmission when its bytes were sent or
-    # acknowledged before; one that fills a fresh hole soon after the hole opened was reordered
-    # on the way to this capture point (or lost before it and resent: indistinguishable here).
-    idx = np.arange(len(d_start))
-    _, first_of = np.unique(d_start, return_inverse=True)
-    first = np.full(first_of.max() + 1, len(idx))
-    np.minimum.at(first, first_of, idx)
-    seen = first[first_of] < idx
-    una_at_send = np.maximum(una[inv[: len(d_ts)]], 0)
-    hole_open_ts = d_ts[np.maximum(np.searchsorted(np.maximum.accumulate(d_end), d_start,
-                                                   side="right"), 0).clip(max=len(d_ts) - 1)]
-    late = (d_ts - hole_open_ts) > reorder_window_ns
-    is_rtx = behind & (seen | (d_start < una_at_send) | late)
-    is_reorder = behind & ~is_rtx
-
-    # RTT samples (Karn): an ACK that newly covers the end of a segment sent once, measured
-    # from that segment's send time. Only ACKs that advance snd_una count.
-    rtt = np.full(len(a_ts), np.nan)
-    orig = ~is_rtx & (d_len > 0)
-    o_end, o_ts = d_end[orig], d_ts[orig]
-    o_order = np.argsort(o_end, kind="stable")
-    o_end, o_ts = o_end[o_order], o_ts[o_order]
-    rtx_starts = np.sort(d_start[is_rtx])
-    prev_una = np.concatenate([[0], a_una[:-1]]) if len(a_una) else a_una
-    adv = a_ack > prev_una
-    if len(o_end) and adv.any():
-        k = np.searchsorted(o_end, a_ack, side="right") - 1
-        okk = adv & (k >= 0)
-        kk = np.where(okk, k, 0)
-        seg_end, seg_ts = o_end[kk], o_ts[kk]
-        # Skip when any retransmission touched the newly acked range (ambiguous sample).
-        touched = np.searchsorted(rtx_starts, a_ack, side="left") > np.searchsorted(
-            rtx_starts, prev_una, side="left")
-        okk &= (seg_end > prev_una) & (seg_ts <= a_ts) & ~touched
-        rtt = np.where(okk, (a_ts - seg_ts) / 1000.0, np.nan)
-
-    # Duplicate ACKs: pure ACKs repeating the highest ack with the same window while data is out.
-    a_len = length[acks].astype(np.int64)
-    pure = (a_len == 0) & ((a_flags & (TCP_SYN | TCP_FIN | TCP_RST)) == 0)
-    # Same ACK number as the one before and as the highest; the window unchanged, or a SACK
-    # block present (RFC 6675: a SACK-carrying ACK counts even if the window moved).
+    is_rtx, is_reorder = _retransmissions(d_ts, d_start, d_end, np.maximum(
+        una[inv[: len(d_ts)]], 0), reorder_window_ns)
+    del inv
+    rtt = _karn_rtt(d_ts, d_start, d_end, is_rtx, a_ts, a_ack, a_una)
     a_sack = c["sack"].to_numpy()[acks] if "sack" in c.columns else np.zeros(len(a_ts), int)
-    same = np.zeros(len(a_ack), bool)
-    if len(a_ack) > 1:
-        same[1:] = (a_ack[1:] == a_ack[:-1]) & (a_ack[1:] == a_una[1:]) & (
-            (a_win[1:] == a_win[:-1]) | (a_sack[1:] > 0))
-    in_flight_at_ack = inflight[inv[len(d_ts):]]
-    outstanding = (a_una < np.maximum.accumulate(np.concatenate([d_end, [0]]))[-1])
-    dup = pure & same & (in_flight_at_ack > 0) & outstanding
+    dup = _dupacks(length[acks], a_flags, a_sack, a_ack, a_una, a_win,
+                   inflight[a_pos], int(d_end.max()))
+    del acks, a_flags, a_sack
     dup_run = np.zeros(len(a_ack), np.int64)
     for i in np.flatnonzero(dup):  # consecutive duplicates of one ack value
         dup_run[i] = dup_run[i - 1] + 1 if i > 0 and dup[i - 1] else 1
@@ -437,27 +400,97 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
 
     res = TrackResult()
     n = len(ts)
-    pos_a = np.flatnonzero(kind == 1)
     rtt_all = np.full(n, np.nan)
     rwnd_all = np.full(n, np.nan)
-    if len(pos_a):
-        rtt_all[pos_a] = rtt[order[pos_a] - len(d_ts)]
-        rwnd_all[pos_a] = a_win[order[pos_a] - len(d_ts)]
+    if len(a_pos):
+        rtt_all[a_pos] = rtt
+        rwnd_all[a_pos] = a_win
         rwnd_all = pd.Series(rwnd_all).ffill().to_numpy()
     srtt = _ewma_srtt(rtt_all)
     rate = _rate(ts, np.maximum(una, 0))
+    cols = {"ts_ns": ts, "srtt_us": srtt, "rtt_us": rtt_all,
+            "inflight_bytes": inflight.astype(float), "rwnd": rwnd_all,
+            "delivery_rate_bps": rate}
+    if minor:  # change-only, as the probes report: a row per segment sent, else per change
+        keep = (kind == 0) | ~np.isnan(rtt_all)
+        keep[1:] |= (una[1:] != una[:-1]) | (snd_nxt[1:] != snd_nxt[:-1]) | (
+            rwnd_all[1:] != rwnd_all[:-1])
+        keep[0] = True
+        cols = {k: v[keep] for k, v in cols.items()}
+        n = len(cols["ts_ns"])
     res.samples = _frame({
-        "ts_ns": ts, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
-        "source": _const(n, "estimated"),
-        "srtt_us": srtt, "rtt_us": rtt_all, "inflight_bytes": inflight.astype(float),
-        "rwnd": rwnd_all, "delivery_rate_bps": rate,
-    }, SAMPLE_COLUMNS, n)
+        **cols, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
+        "source": _const(n, "estimated")}, SAMPLE_COLUMNS, n)
     res.states = pd.DataFrame(states, columns=STATE_COLUMNS)
     if events:
         ev = pd.DataFrame(events, columns=["ts_ns", "kind", "seq", "bytes", "cmd", "note"])
         ev["conn"], ev["dir"], ev["host"], ev["source"] = conn, d, host, "estimated"
         res.events = ev.sort_values("ts_ns", kind="stable")[EVENT_COLUMNS].reset_index(drop=True)
     return res
+
+
+def _retransmissions(d_ts: np.ndarray, d_start: np.ndarray, d_end: np.ndarray,
+                     una_at_send: np.ndarray, reorder_window_ns: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(retransmitted, reordered) per data segment. A segment behind the highest byte sent is
+    a retransmission when its bytes were sent or acknowledged before; one that fills a fresh
+    hole soon after the hole opened was reordered on the way to this capture point (or lost
+    before it and resent: indistinguishable here)."""
+    prev_max = np.maximum.accumulate(np.concatenate([[0], d_end]))[:-1]
+    behind = (d_end > d_start) & (d_start < prev_max)
+    del prev_max
+    idx = np.arange(len(d_start))
+    _, first_of = np.unique(d_start, return_inverse=True)
+    first = np.full(first_of.max() + 1, len(idx))
+    np.minimum.at(first, first_of, idx)
+    seen = first[first_of] < idx
+    del idx, first_of, first
+    hole_open_ts = d_ts[np.maximum(np.searchsorted(np.maximum.accumulate(d_end), d_start,
+                                                   side="right"), 0).clip(max=len(d_ts) - 1)]
+    late = (d_ts - hole_open_ts) > reorder_window_ns
+    is_rtx = behind & (seen | (d_start < una_at_send) | late)
+    return is_rtx, behind & ~is_rtx
+
+
+def _karn_rtt(d_ts: np.ndarray, d_start: np.ndarray, d_end: np.ndarray, is_rtx: np.ndarray,
+              a_ts: np.ndarray, a_ack: np.ndarray, a_una: np.ndarray) -> np.ndarray:
+    """RTT samples (Karn), us per ACK: an ACK that newly covers the end of a segment sent once,
+    measured from that segment's send time. Only ACKs that advance snd_una count."""
+    orig = ~is_rtx & (d_end > d_start)
+    o_end, o_ts = d_end[orig], d_ts[orig]
+    o_order = np.argsort(o_end, kind="stable")
+    o_end, o_ts = o_end[o_order], o_ts[o_order]
+    del orig, o_order
+    rtx_starts = np.sort(d_start[is_rtx])
+    prev_una = np.concatenate([[0], a_una[:-1]]) if len(a_una) else a_una
+    adv = a_ack > prev_una
+    if not (len(o_end) and adv.any()):
+        return np.full(len(a_ts), np.nan)
+    k = np.searchsorted(o_end, a_ack, side="right") - 1
+    okk = adv & (k >= 0)
+    kk = np.where(okk, k, 0)
+    del k
+    seg_end, seg_ts = o_end[kk], o_ts[kk]
+    # Skip when any retransmission touched the newly acked range (ambiguous sample).
+    touched = np.searchsorted(rtx_starts, a_ack, side="left") > np.searchsorted(
+        rtx_starts, prev_una, side="left")
+    okk &= (seg_end > prev_una) & (seg_ts <= a_ts) & ~touched
+    return np.where(okk, (a_ts - seg_ts) / 1000.0, np.nan)
+
+
+def _dupacks(a_len: np.ndarray, a_flags: np.ndarray, a_sack: np.ndarray, a_ack: np.ndarray,
+             a_una: np.ndarray, a_win: np.ndarray, in_flight_at_ack: np.ndarray,
+             highest_end: int) -> np.ndarray:
+    """Duplicate ACKs: pure ACKs repeating the highest ack with the same window while data is
+    out. Same ACK number as the one before and as the highest; the window unchanged, or a
+    SACK block present (RFC 6675: a SACK-carrying ACK counts even if the window moved)."""
+    pure = (a_len == 0) & ((a_flags & (TCP_SYN | TCP_FIN | TCP_RST)) == 0)
+    same = np.zeros(len(a_ack), bool)
+    if len(a_ack) > 1:
+        same[1:] = (a_ack[1:] == a_ack[:-1]) & (a_ack[1:] == a_una[1:]) & (
+            (a_win[1:] == a_win[:-1]) | (a_sack[1:] > 0))
+    outstanding = a_una < max(highest_end, 0)
+    return pure & same & (in_flight_at_ack > 0) & outstanding
 
 
 def _ewma_srtt(rtt: np.ndarray) -> np.ndarray:

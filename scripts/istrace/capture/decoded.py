@@ -26,7 +26,7 @@ CONNECTION_FILE = "connections.csv"
 SEGMENT_FILE = "segments.bin"
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
-# The segments table (schema §4b): every column an int64 but the two addresses.
+# The segments table (schema §4b): integer columns (_SEG_MEMORY) but the two addresses.
 SEGMENT_COLUMNS = ["frame", "ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags",
                    "win", "len", "wscale", "mss", "tsval", "tsecr", "sack"]
 # segments.bin (schema §4c, decoder/segments_bin.c): little-endian records, the addresses'
@@ -36,6 +36,11 @@ _SEG_RECORD = np.dtype([("ts_ns", "<i8"), ("frame", "<u8"), ("tsval", "<i8"), ("
                         ("src", "<u4"), ("dst", "<u4"), ("mss", "<i4"), ("sport", "<u2"),
                         ("dport", "<u2"), ("flags", "u1"), ("wscale", "i1"), ("sack", "u1"),
                         ("pad", "V5")])
+# In memory, each field in the signed type that holds it (a difference of two never wraps):
+# the times, sequence numbers and timestamp options int64, the small fields narrower (54
+# bytes a row instead of 90 for the columns the report reads, millions of rows a capture).
+_SEG_MEMORY = {"flags": np.int16, "win": np.int32, "len": np.int32, "wscale": np.int8,
+               "sack": np.int8, "mss": np.int32, "sport": np.int32, "dport": np.int32}
 _SEG_TRAILER = np.dtype([("magic", "S8"), ("record_size", "<u4"), ("n_addrs", "<u4"),
                          ("n_records", "<u8"), ("text_bytes", "<u8")])
 _SEG_MAGIC = b"ISTSEGS1"
@@ -112,7 +117,7 @@ def _segment_frame(rec: np.ndarray, labels: pd.Index, columns: list[str]) -> pd.
         if c in ("src", "dst"):
             out[c] = pd.Categorical.from_codes(rec[c].astype(np.int64), labels)
         else:
-            out[c] = rec[c].astype(np.int64)
+            out[c] = rec[c].astype(_SEG_MEMORY.get(c, np.int64))
     # copy=False: a column per block, not stacked into one 2-D block (a second copy of
     # every column at once, the peak of a large capture's load)
     return pd.DataFrame(out, columns=columns, copy=False)
@@ -122,11 +127,12 @@ def read_segments(path: str | Path, columns: list[str] | None = None,
                   rows: int = 1 << 20) -> pd.DataFrame:
     """A segments.bin as the decoder writes it: the records read, not parsed, `rows` at a
     time into whole columns (the records of a 60 s capture are 700 MB; a slice is 72 MB);
-    int64 columns (as segments.csv's), the addresses as categoricals of their text."""
+    integer columns (each as narrow as its field allows), the addresses as categoricals of
+    their text."""
     path = Path(path)
     n, labels = _segment_file(path)
     columns = columns or SEGMENT_COLUMNS
-    cols = {c: np.empty(n, np.int64) for c in columns}
+    cols = {c: np.empty(n, _SEG_MEMORY.get(c, np.int64)) for c in columns}
     with open(path, "rb") as f:
         for i in range(0, n, rows):
             rec = np.fromfile(f, _SEG_RECORD, count=min(rows, n - i))

@@ -629,22 +629,29 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
     if p.empty or x.empty:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     frames = []
+    conns = set(x["conn"].unique())
     for conn, pc in p.groupby("conn"):
-        xc = x[x["conn"] == conn]
-        if xc.empty:
+        if conn not in conns:
             continue
+        xc = x if len(conns) == 1 else x[x["conn"] == conn]  # one connection: no copy
         base = int(xc["seq"].iloc[0])
         s0 = tcpseq.rel(xc["seq"].to_numpy(np.int64), base)
-        s1 = s0 + xc["len"].to_numpy(np.int64)
         ts = xc["ts_ns"].to_numpy(np.int64)
         a = tcpseq.rel(pc["tcp_seq"].to_numpy(np.int64), base)
         ln = 48 + pc.get("ahs_len", pd.Series(0, pc.index)).fillna(0).to_numpy(np.int64) + \
             pc["dsl"].fillna(0).to_numpy(np.int64)
         rng = pd.DataFrame({"cmd": pc[key].to_numpy(), "a": a, "b": a + ln}).groupby("cmd")
         lo, hi = rng["a"].min(), rng["b"].max()
-        o = np.argsort(s0, kind="stable")
-        s0s, s1s, tss = s0[o], s1[o], ts[o]
+        s1 = s0 + xc["len"].to_numpy(np.int64)
+        if (s0[1:] >= s0[:-1]).all():  # in sequence order already (no retransmission)
+            s0s, s1s, tss = s0, s1, ts
+        else:
+            o = np.argsort(s0, kind="stable")
+            s0s, s1s, tss = s0[o], s1[o], ts[o]
+            del o
+        del s1
         end_max = np.maximum.accumulate(s1s)
+        del s1s
         starts, ends, cmds = [], [], []
         for cmd, l0, h0 in zip(lo.index, lo.to_numpy(), hi.to_numpy(), strict=True):
             i = int(np.searchsorted(end_max, l0, side="right"))  # first segment ending past l0

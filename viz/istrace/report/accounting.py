@@ -159,12 +159,20 @@ def cpu_saturation(cap: Any, window: tuple[int, int] | None = None) -> dict[str,
     return out
 
 
-def _asof(ts: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The value of a sorted series at or before each time in `at` (NaN before the first)."""
-    k = _before(ts, at)
-    out = values[np.maximum(k, 0)].astype(np.float64)
+def _asof_rows(ts: np.ndarray, values: np.ndarray, rows: np.ndarray,
+               at: np.ndarray) -> np.ndarray:
+    """The value of a series sorted by `ts`, over its rows `rows` (sorted positions), at or
+    before each time in `at` (NaN before the first): the last of those rows, found without
+    copying them out (the tracker's samples are millions)."""
+    k = np.searchsorted(rows, _before(ts, at), side="right") - 1
+    out = values[rows[np.maximum(k, 0)]].astype(np.float64) if len(rows) else \
+        np.full(len(at), np.nan)
     out[k < 0] = np.nan
     return out
+
+
+def _column(s: pd.DataFrame, name: str) -> np.ndarray:
+    return s[name].to_numpy(np.float64, na_value=np.nan)
 
 
 # what the window causes read of the tracker's samples (millions of rows at full rate)
@@ -187,18 +195,22 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarr
         return cause
     s = _by_time(samples)
     src = s["source"]
-    est = s[is_(src, "estimated") & s["inflight_bytes"].notna()]
-    if est.empty:
-        est = s[s["inflight_bytes"].notna()]
-    inf = _asof(est["ts_ns"].to_numpy(np.int64), est["inflight_bytes"].to_numpy(np.float64), at)
-    rw = est[est["rwnd"].notna()]
-    if not rw.empty:
-        win = _asof(rw["ts_ns"].to_numpy(np.int64), rw["rwnd"].to_numpy(np.float64), at)
+    ts = s["ts_ns"].to_numpy(np.int64)
+    inflight, rwnd = _column(s, "inflight_bytes"), _column(s, "rwnd")
+    has = ~np.isnan(inflight)
+    est = np.flatnonzero(is_(src, "estimated").to_numpy() & has)
+    if not len(est):
+        est = np.flatnonzero(has)
+    inf = _asof_rows(ts, inflight, est, at)
+    rw = est[~np.isnan(rwnd[est])]
+    if len(rw):
+        win = _asof_rows(ts, rwnd, rw, at)
         with np.errstate(invalid="ignore"):
             cause[inf >= FULL * win] = "tcp_rwnd"
-    ex = s[is_(src, "exact") & s["cwnd"].notna()]
-    if not ex.empty:
-        cw = _asof(ex["ts_ns"].to_numpy(np.int64), ex["cwnd"].to_numpy(np.float64), at) * mss
+    cwnd = _column(s, "cwnd")
+    ex = np.flatnonzero(is_(src, "exact").to_numpy() & ~np.isnan(cwnd))
+    if len(ex):
+        cw = _asof_rows(ts, cwnd, ex, at) * mss
         todo = (cause == "tcp_window") & ~np.isnan(cw) & ~np.isnan(inf)
         with np.errstate(invalid="ignore"):
             full = inf >= cw - 2 * mss
@@ -229,22 +241,25 @@ def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
         return below
     s = _by_time(samples)
     src = s["source"]
-    ex = s[is_(src, "exact") & s["cwnd"].notna()]
-    if not ex.empty:
-        ts, level = ex["ts_ns"].to_numpy(np.int64), ex["cwnd"].to_numpy(np.float64)
-        top = float(level.max())
+    ts = s["ts_ns"].to_numpy(np.int64)
+    cwnd = _column(s, "cwnd")
+    rows = np.flatnonzero(is_(src, "exact").to_numpy() & ~np.isnan(cwnd))
+    if len(rows):
+        level = cwnd
+        top = float(level[rows].max())
     else:
-        est = s[is_(src, "estimated") & s["inflight_bytes"].notna()]
-        if est.empty:
+        level = _column(s, "inflight_bytes")
+        est = is_(src, "estimated").to_numpy() & ~np.isnan(level)
+        if not est.any():
             return below
-        if "host" in est.columns:
-            est = est[is_(est["host"], sender)]
-            if est.empty:
+        if "host" in s.columns:
+            est &= is_(s["host"], sender).to_numpy()
+            if not est.any():
                 k = _before(episodes, at)
                 return (k >= 0) & (at - episodes[np.maximum(k, 0)] <= REGROW_NS)
-        ts, level = est["ts_ns"].to_numpy(np.int64), est["inflight_bytes"].to_numpy(np.float64)
-        top = float(np.percentile(level, 99))
-    now = _asof(ts, level, at)
+        rows = np.flatnonzero(est)
+        top = float(np.percentile(level[rows], 99))
+    now = _asof_rows(ts, level, rows, at)
     with np.errstate(invalid="ignore"):
         return ~(now >= CUT * top)
 
