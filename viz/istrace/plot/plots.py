@@ -166,12 +166,16 @@ def tcpseq(graph: dict[str, pd.DataFrame], title: str = "TCP sequence / time (da
 def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
          thr: pd.DataFrame | None = None, d: str = "t2i",
          title: str = "Congestion window and CA state") -> Figure:
-    s = samples[samples["dir"] == d] if not samples.empty else samples
-    if s.empty:
+    # masks over the samples, and copies of only the rows and columns drawn: the tracker's
+    # samples are a row per segment and ACK, millions at full rate
+    mine = (samples["dir"] == d).to_numpy(dtype=bool, na_value=False) if not samples.empty \
+        else np.zeros(0, bool)
+    if not mine.any():
         return empty_figure(title, f"no TCP samples for direction {d}")
-    t0 = int(s["ts_ns"].min())
+    ts_all = samples["ts_ns"].to_numpy(np.int64)
+    t0, t_end = int(ts_all[mine].min()), int(ts_all[mine].max())
     fig, ax = plt.subplots(figsize=(10, 5))
-    exact = s[s["cwnd"].notna()]
+    exact = samples.loc[mine & samples["cwnd"].notna().to_numpy(), ["ts_ns", "cwnd", "ssthresh"]]
     if not exact.empty:
         ex = data.thin(exact, "ts_ns", "cwnd", 30000)
         ax.step(_ms(ex["ts_ns"], t0), ex["cwnd"], where="post", color="tab:blue",
@@ -182,12 +186,13 @@ def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
                     ls="--", label="ssthresh [segments]")
         ax.set_ylabel("segments")
     else:
-        est = data.thin(s[s["inflight_bytes"].notna()], "ts_ns", "inflight_bytes", 30000)
+        est = data.thin(samples.loc[mine & samples["inflight_bytes"].notna().to_numpy(),
+                                    ["ts_ns", "inflight_bytes"]], "ts_ns", "inflight_bytes",
+                        30000)
         ax.step(_ms(est["ts_ns"], t0), est["inflight_bytes"] / 1024, where="post",
                 color="tab:blue", lw=0.8, label="bytes in flight [KiB] (estimated from pcap)")
         ax.set_ylabel("KiB in flight (cwnd unknown without probes)")
     st = states[(states["dir"] == d)] if not states.empty else states
-    t_end = int(s["ts_ns"].max())
     px = max((t_end - t0) / 1e6 / 2000, 1e-9)  # ~ one pixel, in ms
     for state, g in st.groupby("state", sort=False):
         c = STATE_COLORS.get(str(state))

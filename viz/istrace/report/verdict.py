@@ -268,9 +268,13 @@ def account(cap: Capture) -> accounting.Accounting | None:
             r2t = np.sort(p["ts_ns"].dropna().to_numpy(np.int64))
         samples = cap.track.samples if cap.track is not None else pd.DataFrame()
         if not samples.empty:  # the rows and columns the accounting reads, not a copy of all
-            samples = samples.loc[
-                (is_(samples["dir"], d) & is_(samples["conn"], str(conn))).to_numpy(),
-                [k for k in accounting.SAMPLE_COLUMNS if k in samples.columns]]
+            rows = np.flatnonzero(
+                (is_(samples["dir"], d) & is_(samples["conn"], str(conn))).to_numpy())
+            ts = samples["ts_ns"].to_numpy(np.int64)[rows]
+            if not (ts[1:] >= ts[:-1]).all():  # taken in time order: one copy, not two
+                rows = rows[np.argsort(ts, kind="stable")]
+            samples = samples[[k for k in accounting.SAMPLE_COLUMNS
+                               if k in samples.columns]].iloc[rows]
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
