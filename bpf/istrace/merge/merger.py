@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from istrace.capture import attribution, cmdtable, layout, segtable
-from istrace.capture.decoded import DecodeError, decode_to_dir, segments_file
+from istrace.capture.decoded import DecodeError, decode_to_dir, read_table, segments_file
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, events_file, read_events_table
 from istrace.capture.meta import read_meta, target_ports
 from istrace.merge import segment_pass
@@ -94,12 +94,12 @@ def _decode(pcap: Path, out_dir: Path, ports: tuple[int, ...]) -> str | None:
 def load_decoded(d: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     pdus = commands = None
     if (d / layout.PDUS).is_file():
-        pdus = pd.read_csv(d / layout.PDUS, low_memory=False)
+        pdus = read_table(d / layout.PDUS)
         for c in ("itt", "ttt"):
             if c in pdus:
                 pdus[c] = attribution.tag_numbers(pdus[c])
     if (d / layout.COMMANDS).is_file():
-        commands = pd.read_csv(d / layout.COMMANDS, low_memory=False)
+        commands = read_table(d / layout.COMMANDS)
         if "itt" in commands:
             commands["itt"] = attribution.tag_numbers(commands["itt"])
     return pdus, commands

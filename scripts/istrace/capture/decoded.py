@@ -45,23 +45,6 @@ _SEG_TRAILER = np.dtype([("magic", "S8"), ("record_size", "<u4"), ("n_addrs", "<
                          ("n_records", "<u8"), ("text_bytes", "<u8")])
 _SEG_MAGIC = b"ISTSEGS1"
 
-# Columns that hold text even when every value looks like a number (hex tags, names).
-_PDU_TEXT = ["conn", "dir", "opcode_name", "flags", "itt", "ttt", "cdb_name", "status_name",
-             "sense_text", "residual_kind", "hdigest", "ddigest", "kv", "note"]
-_CMD_TEXT = ["conn", "itt", "cdb_name", "direction", "status_name", "sense_text",
-             "residual_kind"]
-_CONN_TEXT = ["conn", "initiator_name", "target_name", "session_type", "isid", "HeaderDigest",
-              "DataDigest", "ImmediateData", "InitialR2T", "notes"]
-# Integer columns that may be empty: nullable Int64 keeps them integers in pandas.
-_PDU_INT = ["lun", "cmdsn", "expstatsn", "statsn", "expcmdsn", "maxcmdsn", "datasn", "r2tsn",
-            "buffer_offset", "desired_len", "edtl", "cdb_opcode", "lba", "xfer_blocks",
-            "xfer_bytes", "status", "response", "sense_key", "asc", "ascq", "residual", "cmd"]
-_CMD_INT = ["lba", "xfer_blocks", "xfer_bytes", "first_data_ts_ns", "last_data_ts_ns",
-            "resp_ts_ns", "status", "sense_key", "asc", "ascq", "residual"]
-_CONN_INT = ["tsih", "cid", "mrdsl_i2t", "mrdsl_t2i", "MaxBurstLength", "FirstBurstLength",
-             "MaxOutstandingR2T"]
-
-
 class DecodeError(RuntimeError):
     """istrace-decode failed; `returncode` is its exit status (3: no iSCSI in the capture)."""
 
@@ -265,18 +248,15 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
     return cat.cat.codes.to_numpy().astype(np.int64), cat.cat.categories
 
 
-def _load(path: Path, text: list[str], ints: list[str]) -> pd.DataFrame:
-    # Parsing nullable integers directly keeps 64-bit nanosecond times exact (no float trip).
-    dtypes: dict[str, str] = {c: "string" for c in text}
-    dtypes.update({c: "Int64" for c in ints})
-    if "resp_time_us" not in dtypes:
-        dtypes["resp_time_us"] = "float64"
-    df = pd.read_csv(path, dtype=dtypes, keep_default_na=False,
-                     na_values={c: [""] for c in [*ints, "resp_time_us"]})
-    for c in text:
-        if c in df.columns:
-            df[c] = df[c].replace("", pd.NA)
-    return df
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A table the decoder wrote (pdus.csv, commands.csv, connections.csv): the only reader of
+    those files. Nanosecond times, TCP sequence numbers and command indexes as nullable
+    integers: a gap (a command never answered) would make them float64, ~256 ns coarse. Only
+    an empty field is missing: "None" is a digest's negotiated value, not a gap."""
+    head = pd.read_csv(path, nrows=0).columns
+    ints = {c: "Int64" for c in head if c.endswith("ts_ns") or c in ("tcp_seq", "cmd")}
+    return pd.read_csv(path, low_memory=False, dtype=ints, keep_default_na=False,
+                       na_values=[""])
 
 
 def _file(d: str | Path, name: str) -> Path:
@@ -286,14 +266,14 @@ def _file(d: str | Path, name: str) -> Path:
 
 def load_pdus(d: str | Path) -> pd.DataFrame:
     """pdus.csv of a decode directory (or the file itself) as a DataFrame."""
-    return _load(_file(d, PDU_FILE), _PDU_TEXT, _PDU_INT)
+    return read_table(_file(d, PDU_FILE))
 
 
 def load_commands(d: str | Path) -> pd.DataFrame:
     """commands.csv: one row per SCSI command, in issue order."""
-    return _load(_file(d, COMMAND_FILE), _CMD_TEXT, _CMD_INT)
+    return read_table(_file(d, COMMAND_FILE))
 
 
 def load_connections(d: str | Path) -> pd.DataFrame:
     """connections.csv: one row per iSCSI connection with its negotiated values."""
-    return _load(_file(d, CONNECTION_FILE), _CONN_TEXT, _CONN_INT)
+    return read_table(_file(d, CONNECTION_FILE))

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture import layout
-from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
+from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments, read_table
 from istrace.capture.events import load_events
 from istrace.capture.hoststats import load_hoststats
 from istrace.capture.meta import DEFAULT_PORT, read_meta, target_ports
@@ -85,10 +85,7 @@ class Capture:
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
     try:
-        # Nanosecond times with gaps would turn float64 and lose ~256 ns: keep them integers.
-        head = pd.read_csv(path, nrows=0).columns
-        ints = {c: "Int64" for c in head if c.endswith("ts_ns") or c in ("tcp_seq", "cmd")}
-        return pd.read_csv(path, low_memory=False, dtype=ints)
+        return read_table(path)
     except (OSError, ValueError) as exc:
         print(f"istrace: {path}: unreadable ({exc})", file=sys.stderr)
         return None

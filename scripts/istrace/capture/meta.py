@@ -130,9 +130,9 @@ def negotiated(pcap: Path, port: int = 3260) -> dict[str, Any]:
         conns = tmp / "connections.csv"
         if r.returncode != 0 or not conns.exists():
             return {"unavailable": f"decoder found no login ({r.stderr.strip()[:200]})"}
-        import pandas as pd
+        from istrace.capture.decoded import read_table
 
-        df = pd.read_csv(conns)
+        df = read_table(conns)
         if df.empty:
             return {"unavailable": "no iSCSI connection in the capture"}
         # through JSON so missing values become null, not NaN (meta.json stays strict JSON)

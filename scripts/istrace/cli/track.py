@@ -17,9 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
 from istrace.capture import layout
-from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments
+from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments, read_table
 from istrace.capture.load import EmptyCapture, load_capture
 from istrace.capture.meta import DEFAULT_PORT
 from istrace.capture.outputs import write_track_tables
@@ -69,7 +68,7 @@ def main(argv: list[str]) -> int:
     pdus = None
     if args.pdus:
         try:
-            pdus = pd.read_csv(args.pdus, low_memory=False)
+            pdus = read_table(args.pdus)
         except (OSError, ValueError) as exc:
             print(f"istrace track: {args.pdus}: {exc}", file=sys.stderr)
             return 2

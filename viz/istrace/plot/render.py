@@ -47,6 +47,13 @@ def one_way_ns(cap: Capture) -> int | None:
     return None
 
 
+def needs_track(cap: Capture) -> set[str]:
+    """The plot kinds that read the tracker's result: the cwnd plot, and the ladder when the
+    one-way delay is not in meta.json (then half the tracker's median RTT)."""
+    v = one_way_ms(cap.meta)
+    return {"cwnd"} | (set() if v is not None and v > 0 else {"ladder"})
+
+
 def parse_window(text: str | None, t0: int) -> tuple[int, int] | None:
     """'START:END' in ms from the first record -> absolute ns window."""
     if not text:

@@ -7,13 +7,14 @@ import base64
 import html
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_track_tables, write_verdict
-from istrace.plot.render import KINDS, make_plots, timeline_spans
+from istrace.plot.render import KINDS, make_plots, needs_track, timeline_spans
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
 from istrace.system import forked
@@ -88,15 +89,22 @@ def report(d: Path, out: Path | None = None,
 
     step(f"loading {d} (decoding as needed)")
     cap = load_capture(d, ports=ports)
+    spans = timeline_spans(cap)  # the timeline plot's and the Perfetto trace's
+    # The plots that need no tracker start now, in a second process beside the tracking
+    # (matplotlib's rendering is a third of a report), the others once it is done.
+    late = needs_track(cap)
+
+    def plots(kinds: list[str]) -> Callable[[], dict[str, list[Path]]]:
+        return forked.start(lambda: make_plots(cap, d / layout.PLOTS, kinds,
+                                               formats=("png",), spans=spans))
+    step("plotting (in a second process, beside the next steps)")
+    plotted = [plots([k for k in KINDS if k not in late])]
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     cap.track = track_capture(cap)
     if cap.track is not None and not cap.track.samples.empty:
         write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
                            d / layout.TRACK)
-    spans = timeline_spans(cap)  # the timeline plot's and the Perfetto trace's
-    step("plotting (in a second process, beside the next two steps)")
-    plotted = forked.start(lambda: make_plots(cap, d / layout.PLOTS, KINDS, formats=("png",),
-                                              spans=spans))
+    plotted.append(plots([k for k in KINDS if k in late]))
     step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
@@ -104,7 +112,10 @@ def report(d: Path, out: Path | None = None,
     inst = perfetto.merged_instants(cap)
     n = perfetto.write_trace(d / layout.TRACE_JSON, spans, inst)
     step("waiting for the plots")
-    made = plotted()
+    done: dict[str, list[Path]] = {}
+    for wait in plotted:
+        done.update(wait())
+    made = {k: done[k] for k in KINDS if k in done}
     step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
     path = out or d / layout.REPORT
