@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from istrace.capture.load import Capture
 from istrace.capture.meta import one_way_ms
-from istrace.plot import data, plots
+from istrace.plot import data
 
 KINDS = ["ladder", "tcpseq", "cwnd", "timeline", "throughput", "resptime", "outstanding"]
 
@@ -78,6 +78,10 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
                spans: pd.DataFrame | None = None) -> dict[str, list[Path]]:
     """Each plot of `kinds` into out/<kind>.<format>. `spans`: timeline_spans(cap), when the
     caller has them already (the report also writes them to the Perfetto trace)."""
+    # matplotlib takes half a second to import: only the process that draws pays it (the
+    # report's plotting child, beside the tracking), not every user of these helpers
+    from istrace.plot import plots
+
     made: dict[str, list[Path]] = {}
     window = parse_window(window_ms, first_ts(cap))
     d = data_dir(cap)
