@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from istrace.capture import attribution
 from istrace.capture.decoded import conn_and_dir, iter_segments, segment_count
+from istrace.capture.labels import is_
 from istrace.capture.segtable import SegmentTableWriter
 from pandas.api.types import union_categoricals
 
@@ -42,10 +43,12 @@ def key_hash(segs: pd.DataFrame) -> np.ndarray:
                                       .digest(), "little") for c in conn.cat.categories],
                       dtype=np.uint64)
     h = labels[conn.cat.codes.to_numpy()] if len(labels) else np.zeros(len(segs), np.uint64)
-    h = h ^ (segs["dir"].astype(str).to_numpy() == "t2i").astype(np.uint64)
+    # the direction compared as a label (not a string made per row), the rounds in place
+    h ^= is_(segs["dir"], "t2i").to_numpy().astype(np.uint64)
     with np.errstate(over="ignore"):
         for c in KEY[2:]:
-            h = (h ^ segs[c].to_numpy().astype(np.uint64)) * _MIX
+            h ^= segs[c].to_numpy().astype(np.uint64)
+            h *= _MIX
             h ^= h >> np.uint64(29)
     return h
 
