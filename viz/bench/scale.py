@@ -2,8 +2,13 @@
 
     python3 viz/bench/scale.py DIR                  # an existing capture directory
     python3 viz/bench/scale.py --capture 10 DIR     # capture 10 s at full rate into DIR first
+    python3 viz/bench/scale.py --report-only DIR    # istrace report alone, on DIR's decoded
+                                                    # and merged tables as they are
     options: --cold (drop the page cache first: the pcaps come from disk), --peer (time
     tshark reading the same pcaps, `tshark -r PCAP -q -z io,stat,0`, as the ratio's peer)
+
+`--report-only` is how memory against capture length is measured (10 s and 60 s captures:
+docs/report.md), and works where the pcaps were deleted once decoded.
 
 Everything merge and report derive is removed before each run (decoded/, merged.*, track*,
 plots/, report.html, trace.json, verdict.json), so each step does its whole work: first the
@@ -27,12 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 from istrace.capture import layout  # noqa: E402
+from istrace.capture.decoded import segment_count  # noqa: E402
 from istrace.system import paths  # noqa: E402
 
-DERIVED = ["decoded", "merged.parquet", "merged.csv", "clock.json", "track.csv", "track.parquet",
-           "track_states.csv", "track_events.csv", "track_states.parquet",
-           "track_events.parquet", "plots", "report.html", "trace.json",
-           "verdict.json", "verdict.parquet", "commands"]
+# what istrace report writes; merge and decode write the rest
+REPORTED = ["track.csv", "track.parquet", "track_states.csv", "track_events.csv",
+            "track_states.parquet", "track_events.parquet", "plots", "report.html",
+            "trace.json", "verdict.json", "verdict.parquet"]
+DERIVED = ["decoded", "merged.parquet", "merged.csv", "clock.json", "commands", *REPORTED]
 
 
 def timed(argv: list[str]) -> tuple[float, float, str]:
@@ -48,8 +55,8 @@ def timed(argv: list[str]) -> tuple[float, float, str]:
     return secs, int(rss.group(1)) / 1024, r.stderr
 
 
-def clean(d: Path) -> None:
-    for name in DERIVED:
+def clean(d: Path, names: list[str]) -> None:
+    for name in names:
         p = d / name
         if p.is_dir():
             shutil.rmtree(p)
@@ -64,8 +71,12 @@ def main() -> int:
                     help="make the capture first: istrace-gen 4 MiB reads, queue depth 8")
     ap.add_argument("--cold", action="store_true", help="drop the page cache before merging")
     ap.add_argument("--peer", action="store_true", help="time tshark on the same pcaps")
+    ap.add_argument("--report-only", action="store_true",
+                    help="time istrace report alone on the decoded and merged tables there")
     a = ap.parse_args()
     d: Path = a.dir
+    if a.report_only:
+        return report_only(d)
     if a.capture:
         subprocess.run(["istrace", "capture", "--lun-mb", "512", "--out", str(d), "--workload",
                         f"gen --size 4M --queue-depth 8 --time {a.capture:g}"], check=True)
@@ -73,7 +84,7 @@ def main() -> int:
     if not pcaps:
         sys.exit(f"{d}: no initiator.pcap / target.pcap")
     mb = sum(p.stat().st_size for p in pcaps) / 1e6
-    clean(d)
+    clean(d, DERIVED)
     if a.cold:
         subprocess.run(["sync"], check=True)
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -108,6 +119,23 @@ def main() -> int:
         print(f"{'tshark':16s} {secs:7.1f} s  {mb / secs:7.1f} MB/s of pcap (io,stat over both "
               f"pcaps): istrace merge + report takes {total / secs:.2f}x tshark's time")
     print(json.dumps(out))
+    return 0
+
+
+def report_only(d: Path) -> int:
+    """istrace report on what merge and decode left in `d`: seconds, peak RSS, segments."""
+    found = [next((b / layout.SEGMENTS for b in layout.decoded_dirs(d, h)
+                   if (b / layout.SEGMENTS).is_file()), None) for h in layout.HOSTS]
+    bins = [b for b in found if b is not None]
+    if not bins or not (d / layout.MERGED).is_file():
+        sys.exit(f"{d}: run istrace merge first (no decoded segments.bin or merged.parquet)")
+    segments = sum(segment_count(b) for b in bins)
+    clean(d, REPORTED)
+    secs, rss, _ = timed(["istrace", "report", str(d)])
+    print(f"report {secs:7.1f} s  peak RSS {rss:7.0f} MB  {segments / 1e6:.2f} M segments "
+          f"({rss / (segments / 1e6):.0f} MB per million)")
+    print(json.dumps({"segments": segments, "seconds": round(secs, 2),
+                      "peak_rss_mb": round(rss)}))
     return 0
 
 
