@@ -652,16 +652,19 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
         del s1
         end_max = np.maximum.accumulate(s1s)
         del s1s
-        starts, ends, cmds = [], [], []
-        for cmd, l0, h0 in zip(lo.index, lo.to_numpy(), hi.to_numpy(), strict=True):
-            i = int(np.searchsorted(end_max, l0, side="right"))  # first segment ending past l0
-            j = int(np.searchsorted(s0s, h0, side="left"))       # segments starting before h0
-            if j <= i:
-                continue
-            t = tss[i:j]
-            starts.append(int(t.min()))
-            ends.append(int(t.max()))
-            cmds.append(cmd)
+        # the segments [i, j) of each range: the first ending past its start, up to the
+        # last starting before its end; their first and last times by reduceat over the
+        # (i, j) pairs laid side by side (a sentinel keeps j a valid index)
+        i = np.searchsorted(end_max, lo.to_numpy(), side="right")
+        j = np.searchsorted(s0s, hi.to_numpy(), side="left")
+        ok = j > i
+        cmds = list(lo.index[ok])
+        starts = ends = np.zeros(0, np.int64)
+        if ok.any():
+            pairs = np.column_stack([i[ok], j[ok]]).ravel()
+            ext = np.append(tss, tss[-1])
+            starts = np.minimum.reduceat(ext, pairs)[0::2]
+            ends = np.maximum.reduceat(ext, pairs)[0::2]
         frames.append(pd.DataFrame({"row": row, "host": host, "layer": "net" if host == "wire"
                                     else "tcp", "start_ns": np.asarray(starts, np.int64)
                                     - offset_ns, "end_ns": np.asarray(ends, np.int64)
