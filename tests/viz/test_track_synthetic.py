@@ -113,3 +113,42 @@ def test_probe_events_exact():
     st = res.states
     assert st[["state", "start_ns", "end_ns"]].values.tolist() == [["CWR", 2, 5], ["Open", 5, 7]]
     assert res.events["kind"].tolist() == ["retransmit"] and res.events["seq"].iloc[0] == 777
+
+
+def read_with_commands() -> pd.DataFrame:
+    """A read: 4 commands of 48 B from the initiator, each answered by 8 x 1000 B of data;
+    every data segment carries the initiator's commands' ACK, a delayed ACK every second."""
+    rows = [seg(0, "i", ISN_I, 0, TCP_SYN, wscale=7),
+            seg(1, "t", ISN_T, ISN_I + 1, TCP_SYN | TCP_ACK, wscale=2),
+            seg(2, "i", ISN_I + 1, ISN_T + 1)]
+    t, si, st = 10.0, ISN_I + 1, ISN_T + 1
+    for _ in range(4):
+        rows.append(seg(t, "i", si, st, TCP_ACK | TCP_PSH, 48))
+        si += 48
+        for k in range(8):
+            rows.append(seg(t + 1 + 0.1 * k, "t", st, si, TCP_ACK | TCP_PSH, 1000))
+            st += 1000
+            if k % 2:
+                rows.append(seg(t + 1.6 + 0.1 * k, "i", si, st))
+        t += 10
+    return pd.DataFrame(rows).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def test_command_only_direction_keeps_changes_only():
+    segs = conn_and_dir(read_with_commands())
+    res = track.track_pcap(segs, None, host="initiator", dirs=("i2t", "t2i"))
+    s = res.samples
+    i2t, t2i = s[s["dir"] == "i2t"], s[s["dir"] == "t2i"]
+    # the data direction: a row per data segment and per initiator segment ACKing it (the
+    # handshake's last, the 4 commands, 16 delayed ACKs), as before
+    assert len(t2i) == 32 + 1 + 4 + 16
+    # the command direction: each command sent, and the ACK that first covers it (the first
+    # data segment after it); the other 7 data segments of each answer repeat that state
+    assert len(i2t) < 4 * 3, i2t[["ts_ns", "inflight_bytes", "rtt_us"]]
+    sent = segs[(segs["dir"] == "i2t") & (segs["len"] > 0)]["ts_ns"]
+    assert set(sent) <= set(i2t["ts_ns"])
+    assert i2t["rtt_us"].notna().sum() == 4  # each command's RTT sample kept
+    # as of any ACK of the commands, the state kept is the state there was
+    acks = segs[(segs["dir"] == "t2i") & (segs["len"] > 0)]["ts_ns"].to_numpy()
+    last = i2t.set_index("ts_ns")["inflight_bytes"]
+    assert (last.reindex(acks, method="ffill") == 0).all()
