@@ -642,16 +642,17 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
             pc["dsl"].fillna(0).to_numpy(np.int64)
         rng = pd.DataFrame({"cmd": pc[key].to_numpy(), "a": a, "b": a + ln}).groupby("cmd")
         lo, hi = rng["a"].min(), rng["b"].max()
-        s1 = s0 + xc["len"].to_numpy(np.int64)
-        if (s0[1:] >= s0[:-1]).all():  # in sequence order already (no retransmission)
-            s0s, s1s, tss = s0, s1, ts
-        else:
-            o = np.argsort(s0, kind="stable")
-            s0s, s1s, tss = s0[o], s1[o], ts[o]
+        seg_len = xc["len"].to_numpy()
+        if not (s0[1:] >= s0[:-1]).all():  # out of sequence order (retransmissions): sort,
+            o = np.argsort(s0, kind="stable")  # one column at a time (millions of rows)
+            s0 = s0[o]
+            ts = ts[o]
+            seg_len = seg_len[o]
             del o
-        del s1
-        end_max = np.maximum.accumulate(s1s)
-        del s1s
+        end_max = s0 + seg_len
+        del seg_len
+        np.maximum.accumulate(end_max, out=end_max)
+        s0s, tss = s0, ts
         # the segments [i, j) of each range: the first ending past its start, up to the
         # last starting before its end; their first and last times by reduceat over the
         # (i, j) pairs laid side by side (a sentinel keeps j a valid index)
