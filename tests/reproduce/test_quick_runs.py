@@ -141,10 +141,15 @@ def test_params_quick(quick_run):
     assert at("unsolicited", "unsolicited", 5.0) > 1.3 * at("unsolicited", "R2T", 5.0)
     # eq. 3 counts round trips and the wire, not the hosts' work per PDU (the run prints
     # that cost): a ceiling everywhere, and the answer where round trips dominate (5 ms one
-    # way). A quick point is a few commands, so one point may sit low on a loaded machine
-    # (seen: 0.70 at 1 ms, 0.79 at 5 ms); a round trip miscounted would halve or double it.
-    assert writes["ratio"].between(0.6, 1.15).all(), writes[["series", "value", "ratio"]]
-    assert writes[writes.delay_ms == 5.0]["ratio"].median() >= 0.85, writes
+    # way). At 1 ms the hosts' work per command is as long as a round trip, so there the
+    # model is only the ceiling (CI, loaded: 0.48 and 0.55 for the unsolicited writes at
+    # 1 ms, 0.95-0.97 at 5 ms). A quick point is a few commands, so one point may sit low on a
+    # loaded machine (seen: 0.79 at 5 ms); a round trip miscounted would halve or double it.
+    cols = ["series", "value", "delay_ms", "ratio"]
+    assert (writes["ratio"] < 1.15).all(), writes[cols]
+    far = writes[writes.delay_ms == 5.0]
+    assert far["ratio"].between(0.6, 1.15).all(), far[cols]
+    assert far["ratio"].median() >= 0.85, writes
     # 512-byte PDUs cost more than their headers: slower than 8 KiB ones at 1 ms
     assert at("pdu-size", "512", 1.0) < 0.9 * at("pdu-size", "8192", 1.0)
 
