@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 from istrace.report import diagnosis
+from istrace.track import tracker
 from istrace.track.of_capture import load_tracked
 
 
@@ -51,5 +53,10 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     assert st["state"].isin(["Recovery", "Loss"]).sum() >= 1
     # Losses tied to the READ they hit (a resent login or response PDU may have none).
     assert rtx["cmd"].notna().mean() >= 0.9, rtx["cmd"].isna().sum()
+    # The tracker's slices carry real losses across their cuts: any slicing, the same rows.
+    one, sliced = (tracker.track_pcap(cap.segs["target"], cap.main_pdus(), host="target",
+                                      dirs=("t2i",), slice_rows=rows) for rows in (10**9, 997))
+    for name in ("samples", "events", "states"):
+        pd.testing.assert_frame_equal(getattr(sliced, name), getattr(one, name))
     diag = diagnosis.diagnose(cap)
     assert "emulated path" in " ".join(diag["findings"])

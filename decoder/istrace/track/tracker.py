@@ -14,13 +14,13 @@ intervals) and `events` (retransmit / dupack / loss_episode marks).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from istrace.capture.decoded import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
+from istrace.capture.decoded import TCP_SYN
 from istrace.capture.tcpseq import unwrap
+from istrace.track import estimate
 from pandas.api.types import union_categoricals
 
 SAMPLE_COLUMNS = [
@@ -252,11 +252,13 @@ def _window_scales(segs: pd.DataFrame) -> dict[tuple[str, str], int | None]:
 
 def track_pcap(segs: pd.DataFrame, pdus: pd.DataFrame | None = None,
                host: str = "initiator", dirs: tuple[str, ...] = ("i2t", "t2i"),
-               dupack_threshold: int = 3, reorder_window_ns: int = 3_000_000) -> TrackResult:
+               dupack_threshold: int = 3, reorder_window_ns: int = 3_000_000,
+               slice_rows: int = estimate.SLICE_ROWS) -> TrackResult:
     """Estimated time series from one capture point's segments (with `conn`/`dir` columns).
 
     `dirs` picks the data directions to track; a direction is best tracked at its sender's
     capture point (t2i at the target), where in-flight bytes are what the sender had out.
+    Each direction is tracked `slice_rows` segments at a time (any value: the same rows).
     """
     res = TrackResult()
     if segs is None or segs.empty:
@@ -271,7 +273,7 @@ def track_pcap(segs: pd.DataFrame, pdus: pd.DataFrame | None = None,
                 res.notes.append(f"{conn}: SYN not captured, receive window unscaled (raw)")
                 scales[(conn, d)] = 0
             sub = _track_one(c, conn, d, host, scales, pdus, dupack_threshold,
-                             reorder_window_ns)
+                             reorder_window_ns, slice_rows)
             if sub is not None:
                 res.extend(sub)
     res.notes = list(dict.fromkeys(res.notes))
@@ -280,144 +282,29 @@ def track_pcap(segs: pd.DataFrame, pdus: pd.DataFrame | None = None,
 
 def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
                scales: dict[tuple[str, str], int | None], pdus: pd.DataFrame | None,
-               dupack_threshold: int, reorder_window_ns: int) -> TrackResult | None:
+               dupack_threshold: int, reorder_window_ns: int, slice_rows: int
+               ) -> TrackResult | None:
+    """One direction of one connection, its table fed to `estimate.Direction` a slice at a
+    time (the columns' arrays, not sub-tables: no copy of millions of rows)."""
     rev = "t2i" if d == "i2t" else "i2t"
-    # Masks and the columns' arrays, not sub-tables: a table per subset (the direction, its
-    # data, the ACKs) would copy every column of millions of rows, several times over.
-    col = {k: c[k].to_numpy() for k in ("ts_ns", "seq", "ack", "flags", "win", "len")}
-    flags, length = col["flags"], col["len"]
-    snd = (c["dir"] == d).to_numpy()
-    data = snd & (length > 0)
-    if not data.any():
+    col = {k: c[k].to_numpy() for k in ("ts_ns", "seq", "ack", "flags", "win", "len", "sack")
+           if k in c.columns}
+    codes, labels = label_codes(c["dir"])
+    snd = codes == _code(labels, d)
+    from_rev = codes == _code(labels, rev)
+    cuts = estimate.clean_cuts(col["ts_ns"], slice_rows)
+    plan = estimate.plan(col, snd, from_rev, cuts)
+    if plan is None:
         return None
-    syn = np.flatnonzero(snd & ((flags & TCP_SYN) != 0))
-    base = int(col["seq"][syn[0]]) + 1 if len(syn) else int(col["seq"][data][0])
-
-    # Sender side: each segment's start/end, relative to the first data byte.
-    d_ts = col["ts_ns"][data].astype(np.int64, copy=False)
-    d_start = unwrap(col["seq"][data].astype(np.int64, copy=False), base)
-    d_len = length[data].astype(np.int64)
-    d_end = d_start + d_len
-
-    # Receiver side: ACKs of this direction's data.
-    from_rev = (c["dir"] == rev).to_numpy()
-    acks = from_rev & ((flags & TCP_ACK) != 0)
-    # A direction carrying only commands or only status (under 1% of the bytes the other way)
-    # is acknowledged by every data segment of the other: those ACK rows repeat its state.
-    minor = int(length[data].sum()) * 100 < int(length[from_rev].sum())
-    del data, from_rev
-    a_ts = col["ts_ns"][acks].astype(np.int64, copy=False)
-    a_ack = unwrap(col["ack"][acks].astype(np.int64, copy=False), base) if acks.any() else \
-        np.zeros(0, np.int64)
-    a_ack = np.maximum(a_ack, 0)  # an ACK of the SYN alone: nothing of the data yet
-    shift = scales.get((conn, rev)) or 0
-    a_flags = flags[acks]
-    a_win = col["win"][acks].astype(np.int64)
-    a_win = np.where((a_flags & TCP_SYN) != 0, a_win, a_win << shift)
-    a_una = np.maximum.accumulate(a_ack) if len(a_ack) else a_ack
-
-    # Merge both streams in time order: in flight = highest end sent - highest ack seen.
-    ts = np.concatenate([d_ts, a_ts])
-    kind = np.concatenate([np.zeros(len(d_ts), np.int8), np.ones(len(a_ts), np.int8)])
-    order = np.lexsort((kind, ts))
-    ts, kind = ts[order], kind[order]
-    snd_nxt = np.maximum.accumulate(
-        np.concatenate([np.maximum.accumulate(d_end), np.full(len(a_ts), -1)])[order])
-    una = np.maximum.accumulate(np.concatenate([np.full(len(d_ts), -1), a_una])[order])
-    inflight = np.maximum(snd_nxt - np.maximum(una, 0), 0)
-    inv = np.empty_like(order)
-    inv[order] = np.arange(len(order))
-    del order
-    a_pos = inv[len(d_ts):]  # where each ACK sits in the merged stream
-
-    is_rtx, is_reorder = _retransmissions(d_ts, d_start, d_end, np.maximum(
-        una[inv[: len(d_ts)]], 0), reorder_window_ns)
-    del inv
-    rtt = _karn_rtt(d_ts, d_start, d_end, is_rtx, a_ts, a_ack, a_una)
-    a_sack = c["sack"].to_numpy()[acks] if "sack" in c.columns else np.zeros(len(a_ts), int)
-    dup = _dupacks(length[acks], a_flags, a_sack, a_ack, a_una, a_win,
-                   inflight[a_pos], int(d_end.max()))
-    del acks, a_flags, a_sack
-    dup_run = np.zeros(len(a_ack), np.int64)
-    for i in np.flatnonzero(dup):  # consecutive duplicates of one ack value
-        dup_run[i] = dup_run[i - 1] + 1 if i > 0 and dup[i - 1] else 1
-
-    events = []
-    cmd_of = _cmd_lookup(pdus, conn, d, base)
-    for i in np.flatnonzero(is_rtx):
-        events.append((int(d_ts[i]), "retransmit", int(d_start[i]), int(d_len[i]),
-                       cmd_of(int(d_start[i])), ""))
-    for i in np.flatnonzero(is_reorder):
-        events.append((int(d_ts[i]), "reorder", int(d_start[i]), int(d_len[i]),
-                       cmd_of(int(d_start[i])), "filled a hole soon after it opened"))
-    for i in np.flatnonzero(dup):
-        events.append((int(a_ts[i]), "dupack", int(a_ack[i]), 0, cmd_of(int(a_ack[i])),
-                       f"dup #{dup_run[i]}"))
-
-    # Loss episodes: from the first retransmission or the Nth duplicate ACK until the ACK passes
-    # the highest byte sent when the episode began (the recovery point).
-    states = []
-    starts = sorted(
-        [(int(d_ts[i]), "rtx", i) for i in np.flatnonzero(is_rtx)]
-        + [(int(a_ts[i]), "dup", i) for i in np.flatnonzero(dup_run == dupack_threshold)])
-    all_end = np.maximum.accumulate(d_end)
-    ep_end_ts = -1
-    valid = rtt[~np.isnan(rtt)]
-    recent_ns = int(max(2 * np.median(valid) * 1000, 1_000_000)) if len(valid) else 200_000_000
-    for t, why, _ in starts:
-        if t <= ep_end_ts:
-            continue
-        j = np.searchsorted(d_ts, t, side="right") - 1
-        recover = int(all_end[max(j, 0)])
-        done = _first_at_least(a_ack, recover, _first_at(a_ts, t))
-        end = int(a_ts[done]) if done is not None else \
-            int(max(d_ts[-1], a_ts[-1] if len(a_ts) else 0))
-        # Fast recovery when duplicate ACKs led up to the retransmission within about an RTT
-        # (with SACK one ACK can report 3+ lost segments, so one duplicate is enough); a
-        # retransmission after silence is a timeout.
-        fast = why == "dup" or bool(dup[_window(a_ts, t - recent_ns, t)].any())
-        state = "Recovery" if fast else "Loss"
-        seq0 = int(a_una[np.searchsorted(a_ts, t, side="right") - 1]) if len(a_ts) and \
-            a_ts[0] <= t else 0
-        events.append((t, "loss_episode", seq0, recover - seq0, cmd_of(seq0),
-                       "fast retransmit" if fast else "timeout / no dupacks"))
-        states.append((conn, d, host, "estimated", state, t, max(end, t)))
-        ep_end_ts = end
-    # Disorder: duplicate ACKs that did not reach the threshold, outside the episodes above
-    # and the Disorder intervals before (each starts where the one before it ended, or later).
-    in_episode = _covered_by([(s, e) for *_, s, e in states])
-    last_end = None
-    for i in np.flatnonzero(dup & (dup_run == 1)):
-        run_end = i
-        while run_end + 1 < len(dup) and dup[run_end + 1]:
-            run_end += 1
-        t = int(a_ts[i])
-        if dup_run[run_end] < dupack_threshold and not in_episode(t) and \
-                (last_end is None or t > last_end):
-            nxt = int(a_ts[run_end + 1]) if run_end + 1 < len(a_ts) else int(a_ts[run_end])
-            states.append((conn, d, host, "estimated", "Disorder", t, nxt))
-            last_end = nxt
-
+    tr = estimate.Direction(conn, d, host, plan, scales.get((conn, rev)) or 0,
+                            _cmd_lookup(pdus, conn, d, plan.base), dupack_threshold,
+                            reorder_window_ns)
+    parts = [tr.feed({k: v[a:b] for k, v in col.items()}, snd[a:b], from_rev[a:b])
+             for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    states, events = tr.finish()
+    cols = {k: np.concatenate([p.pop(k) for p in parts]) for k in list(parts[0])}
+    n = len(cols["ts_ns"])
     res = TrackResult()
-    n = len(ts)
-    rtt_all = np.full(n, np.nan)
-    rwnd_all = np.full(n, np.nan)
-    if len(a_pos):
-        rtt_all[a_pos] = rtt
-        rwnd_all[a_pos] = a_win
-        rwnd_all = pd.Series(rwnd_all).ffill().to_numpy()
-    srtt = _ewma_srtt(rtt_all)
-    rate = _rate(ts, np.maximum(una, 0))
-    cols = {"ts_ns": ts, "srtt_us": srtt, "rtt_us": rtt_all,
-            "inflight_bytes": inflight.astype(float), "rwnd": rwnd_all,
-            "delivery_rate_bps": rate}
-    if minor:  # change-only, as the probes report: a row per segment sent, else per change
-        keep = (kind == 0) | ~np.isnan(rtt_all)
-        keep[1:] |= (una[1:] != una[:-1]) | (snd_nxt[1:] != snd_nxt[:-1]) | (
-            rwnd_all[1:] != rwnd_all[:-1])
-        keep[0] = True
-        cols = {k: v[keep] for k, v in cols.items()}
-        n = len(cols["ts_ns"])
     res.samples = _frame({
         **cols, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
         "source": _const(n, "estimated")}, SAMPLE_COLUMNS, n)
@@ -429,114 +316,9 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     return res
 
 
-def _retransmissions(d_ts: np.ndarray, d_start: np.ndarray, d_end: np.ndarray,
-                     una_at_send: np.ndarray, reorder_window_ns: int
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """(retransmitted, reordered) per data segment. A segment behind the highest byte sent is
-    a retransmission when its bytes were sent or acknowledged before; one that fills a fresh
-    hole soon after the hole opened was reordered on the way to this capture point (or lost
-    before it and resent: indistinguishable here)."""
-    prev_max = np.maximum.accumulate(np.concatenate([[0], d_end]))[:-1]
-    behind = (d_end > d_start) & (d_start < prev_max)
-    del prev_max
-    idx = np.arange(len(d_start))
-    _, first_of = np.unique(d_start, return_inverse=True)
-    first = np.full(first_of.max() + 1, len(idx))
-    np.minimum.at(first, first_of, idx)
-    seen = first[first_of] < idx
-    del idx, first_of, first
-    hole_open_ts = d_ts[np.maximum(np.searchsorted(np.maximum.accumulate(d_end), d_start,
-                                                   side="right"), 0).clip(max=len(d_ts) - 1)]
-    late = (d_ts - hole_open_ts) > reorder_window_ns
-    is_rtx = behind & (seen | (d_start < una_at_send) | late)
-    return is_rtx, behind & ~is_rtx
-
-
-def _karn_rtt(d_ts: np.ndarray, d_start: np.ndarray, d_end: np.ndarray, is_rtx: np.ndarray,
-              a_ts: np.ndarray, a_ack: np.ndarray, a_una: np.ndarray) -> np.ndarray:
-    """RTT samples (Karn), us per ACK: an ACK that newly covers the end of a segment sent once,
-    measured from that segment's send time. Only ACKs that advance snd_una count."""
-    orig = ~is_rtx & (d_end > d_start)
-    o_end, o_ts = d_end[orig], d_ts[orig]
-    o_order = np.argsort(o_end, kind="stable")
-    o_end, o_ts = o_end[o_order], o_ts[o_order]
-    del orig, o_order
-    rtx_starts = np.sort(d_start[is_rtx])
-    prev_una = np.concatenate([[0], a_una[:-1]]) if len(a_una) else a_una
-    adv = a_ack > prev_una
-    if not (len(o_end) and adv.any()):
-        return np.full(len(a_ts), np.nan)
-    k = np.searchsorted(o_end, a_ack, side="right") - 1
-    okk = adv & (k >= 0)
-    kk = np.where(okk, k, 0)
-    del k
-    seg_end, seg_ts = o_end[kk], o_ts[kk]
-    # Skip when any retransmission touched the newly acked range (ambiguous sample).
-    touched = np.searchsorted(rtx_starts, a_ack, side="left") > np.searchsorted(
-        rtx_starts, prev_una, side="left")
-    okk &= (seg_end > prev_una) & (seg_ts <= a_ts) & ~touched
-    return np.where(okk, (a_ts - seg_ts) / 1000.0, np.nan)
-
-
-def _dupacks(a_len: np.ndarray, a_flags: np.ndarray, a_sack: np.ndarray, a_ack: np.ndarray,
-             a_una: np.ndarray, a_win: np.ndarray, in_flight_at_ack: np.ndarray,
-             highest_end: int) -> np.ndarray:
-    """Duplicate ACKs: pure ACKs repeating the highest ack with the same window while data is
-    out. Same ACK number as the one before and as the highest; the window unchanged, or a
-    SACK block present (RFC 6675: a SACK-carrying ACK counts even if the window moved)."""
-    pure = (a_len == 0) & ((a_flags & (TCP_SYN | TCP_FIN | TCP_RST)) == 0)
-    same = np.zeros(len(a_ack), bool)
-    if len(a_ack) > 1:
-        same[1:] = (a_ack[1:] == a_ack[:-1]) & (a_ack[1:] == a_una[1:]) & (
-            (a_win[1:] == a_win[:-1]) | (a_sack[1:] > 0))
-    outstanding = a_una < max(highest_end, 0)
-    return pure & same & (in_flight_at_ack > 0) & outstanding
-
-
-def _ewma_srtt(rtt: np.ndarray) -> np.ndarray:
-    """RFC 6298 smoothing (alpha 1/8) of the RTT samples, carried between samples."""
-    out = np.full(len(rtt), np.nan)
-    s = np.nan
-    for i in np.flatnonzero(~np.isnan(rtt)):
-        s = rtt[i] if np.isnan(s) else s + (rtt[i] - s) / 8.0
-        out[i] = s
-    return pd.Series(out).ffill().to_numpy()
-
-
-def _first_at(ts: np.ndarray, t: int) -> int:
-    """Index of the first time stamp >= t (ts sorted)."""
-    return int(np.searchsorted(ts, t, side="left"))
-
-
-def _first_at_least(values: np.ndarray, v: int, start: int, chunk: int = 4096) -> int | None:
-    """Index of the first of values[start:] >= v, or None; looks a chunk at a time, since the
-    answer is usually near `start` (an episode ends within a few round trips)."""
-    for lo in range(start, len(values), chunk):
-        hit = np.flatnonzero(values[lo:lo + chunk] >= v)
-        if len(hit):
-            return lo + int(hit[0])
-    return None
-
-
-def _window(ts: np.ndarray, after: int, upto: int) -> slice:
-    """The positions of the time stamps in (after, upto] (ts sorted)."""
-    return slice(int(np.searchsorted(ts, after, side="right")),
-                 int(np.searchsorted(ts, upto, side="right")))
-
-
-def _covered_by(intervals: list[tuple[int, int]]) -> Callable[[int], bool]:
-    """A test of whether a time lies in one of the closed intervals [start, end]: the latest
-    end among the intervals that start at or before it reaches it."""
-    if not intervals:
-        return lambda t: False
-    iv = sorted(intervals)
-    starts = np.array([s for s, _ in iv], np.int64)
-    reach = np.maximum.accumulate(np.array([e for _, e in iv], np.int64))
-
-    def covered(t: int) -> bool:
-        j = int(np.searchsorted(starts, t, side="right")) - 1
-        return j >= 0 and int(reach[j]) >= t
-    return covered
+def _code(labels: np.ndarray, name: str) -> int:
+    hit = np.flatnonzero(labels == name)
+    return int(hit[0]) if len(hit) else -2  # -2: no row has it (-1 is a missing label)
 
 
 def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str, base: int) -> object:

@@ -1,0 +1,502 @@
+"""The tracker's estimates for one data direction of one connection, from one capture point's
+segments fed a slice of the table at a time.
+
+A slice needs of the slices before it only what `_Carry` holds: the highest byte sent and
+acknowledged, the segments not yet acknowledged (Karn's rule, retransmission detection), the
+last ACK and its duplicate run, the smoothed RTT, the trailing window of the delivery rate and
+the open loss episode. All of it is bounded by what is in flight, not by the capture's length,
+so tracking a minute of full-rate traffic takes a slice's memory, and any slicing yields the
+same rows as one slice (tests/viz/test_track_slices.py).
+
+Slices are cut only where every time stamp before the cut is below every one after it (a
+capture's stamps can step back by microseconds where two CPUs stamped it): the rows of a slice
+merge into one time-ordered stream exactly as they would in the whole table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from istrace.capture.decoded import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
+from istrace.capture.tcpseq import HALF, SPACE, rel
+
+# 65 536 rows a slice: the arrays of a slice stay in the CPU's caches (a 10 s full-rate capture
+# is tracked in 1.1 s this way, 1.8-2.2 s in slices of a million rows).
+SLICE_ROWS = 1 << 16
+
+_I64_MIN, _I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+Columns = dict[str, np.ndarray]
+
+
+def clean_cuts(ts: np.ndarray, rows: int) -> list[int]:
+    """Table positions about `rows` apart (first 0, last len) where every time stamp before the
+    position is below every one from it on."""
+    n = len(ts)
+    if n <= rows:
+        return [0, n]
+    starts = list(range(0, n, rows))
+    block_min = np.array([ts[s:s + rows].min() for s in starts], np.int64)
+    # the smallest time stamp of the blocks after each block
+    after = np.append(np.minimum.accumulate(block_min[::-1])[::-1][1:], _I64_MAX)
+    cuts, before = [0], _I64_MIN
+    for k, s in enumerate(starts):
+        blk = ts[s:s + rows].astype(np.int64, copy=False)
+        if k:
+            top = np.maximum(before, np.maximum.accumulate(blk))  # highest up to each row
+            top_before = np.concatenate([[before], top[:-1]])
+            low_from = np.minimum(np.minimum.accumulate(blk[::-1])[::-1], after[k])
+            ok = np.flatnonzero(top_before < low_from)
+            if len(ok) and s + int(ok[0]) > cuts[-1]:
+                cuts.append(s + int(ok[0]))
+        before = max(before, int(blk.max()))
+    return cuts + [n]
+
+
+@dataclass
+class Plan:
+    """What the whole direction decides before its first slice is tracked."""
+    base: int           # sequence number of the first data byte (SYN + 1, else the first data)
+    minor: bool         # under 1% of the bytes of the other direction: change-only samples
+    window_ns: int      # the delivery rate's trailing window: a fiftieth of the span, 1 ms..1 s
+    stream_rows: int    # data segments plus ACKs of them
+
+
+def plan(cols: Columns, snd: np.ndarray, rev: np.ndarray, cuts: list[int]) -> Plan | None:
+    """A first pass over the slices (None: the direction carries no data)."""
+    base = first_data = None
+    sent = back = rows = 0
+    lo, hi = _I64_MAX, _I64_MIN
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        s, r = snd[a:b], rev[a:b]
+        flags, length, ts = cols["flags"][a:b], cols["len"][a:b], cols["ts_ns"][a:b]
+        data = s & (length > 0)
+        if base is None:
+            syn = np.flatnonzero(s & ((flags & TCP_SYN) != 0))
+            if len(syn):
+                base = int(cols["seq"][a + syn[0]]) + 1
+        if first_data is None and data.any():
+            first_data = int(cols["seq"][a:b][data][0])
+        sent += int(length[data].sum(dtype=np.int64))
+        back += int(length[r].sum(dtype=np.int64))
+        stream = data | (r & ((flags & TCP_ACK) != 0))
+        if stream.any():
+            rows += int(stream.sum())
+            lo, hi = min(lo, int(ts[stream].min())), max(hi, int(ts[stream].max()))
+    if first_data is None:
+        return None
+    window = int(min(max((hi - lo) // 50, 1_000_000), 1_000_000_000))
+    return Plan(first_data if base is None else base, sent * 100 < back, window, rows)
+
+
+class _Unwrap:
+    """Sequence numbers as 64-bit offsets from the base, carried across slices (tcpseq.unwrap's
+    rule: a step back by more than half the space is a wrap forwards, and vice versa)."""
+
+    def __init__(self, base: int) -> None:
+        self.base, self.last, self.wraps = base, None, 0
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        if not len(values):
+            return np.zeros(0, np.int64)
+        r = rel(values, self.base)
+        step = np.diff(r, prepend=r[:1] if self.last is None else [self.last])
+        wraps = self.wraps + np.cumsum(np.where(step < -HALF, 1, 0) - np.where(step > HALF, 1, 0))
+        self.last, self.wraps = int(r[-1]), int(wraps[-1])
+        return r + wraps * SPACE
+
+
+def _cummax(values: np.ndarray, start: int) -> np.ndarray:
+    """Running maximum that begins at `start` (what the slices before reached)."""
+    return np.maximum(np.maximum.accumulate(values), start) if len(values) else values
+
+
+@dataclass
+class _Carry:
+    """What one slice hands the next."""
+    max_end: int | None = None   # highest data byte end sent, in table order
+    snd_nxt: int = -1            # highest end sent, in time order
+    una: int = -1                # highest ACK seen
+    # originals (sent once) not yet acknowledged, by end: Karn's RTT samples
+    o_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    o_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # retransmissions not yet acknowledged: an ACK of their bytes is ambiguous (Karn)
+    rtx_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rtx_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sent, unacked
+    # where the highest end sent stepped up, above the highest ACK: when each hole opened
+    step_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    step_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    last_ack: int | None = None  # the last ACK and its window: is the next one a duplicate?
+    last_win: int = 0
+    dup_run: int = 0
+    srtt: float = np.nan
+    rwnd: float = np.nan
+    # the stream's rows within the delivery rate's window: time and bytes acknowledged
+    hist_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    hist_cum: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    first_row: bool = True
+    last_d_ts: int = 0
+    last_a_ts: int = 0
+
+
+@dataclass
+class _Episode:
+    t: int
+    why: str
+    seq0: int
+    recover: int
+    end: int | None  # None: not yet acknowledged past the recovery point
+
+
+class Direction:
+    """Tracks one direction: `feed` each slice in table order, then `finish`."""
+
+    def __init__(self, conn: str, d: str, host: str, p: Plan, shift: int,
+                 cmd_of: Callable[[int], object], dupack_threshold: int,
+                 reorder_window_ns: int) -> None:
+        self.conn, self.d, self.host, self.p, self.shift = conn, d, host, p, shift
+        self.cmd_of, self.thr, self.reorder_ns = cmd_of, dupack_threshold, reorder_window_ns
+        self.seq, self.ack = _Unwrap(p.base), _Unwrap(p.base)
+        self.c = _Carry()
+        self.events: list[tuple] = []
+        self.episodes: list[_Episode] = []
+        self.runs: list[tuple[int, int, int | None]] = []  # dup runs: start, length, next ACK
+        self.open_run: list[int] | None = None             # [start, length, last ts]
+        self.dup_ts: list[np.ndarray] = []
+        self.rtts: list[np.ndarray] = []
+
+    # ----------------------------------------------------------------------------------------
+    def feed(self, col: Columns, snd: np.ndarray, rev: np.ndarray) -> Columns:
+        """One slice's sample columns (ts_ns, srtt_us, rtt_us, inflight_bytes, rwnd,
+        delivery_rate_bps), in time order."""
+        c = self.c
+        flags, length = col["flags"], col["len"]
+        data = snd & (length > 0)
+        d_ts = col["ts_ns"][data].astype(np.int64, copy=False)
+        d_start = self.seq(col["seq"][data])
+        d_len = length[data].astype(np.int64)
+        d_end = d_start + d_len
+        acks = rev & ((flags & TCP_ACK) != 0)
+        del data
+        a_ts = col["ts_ns"][acks].astype(np.int64, copy=False)
+        a_ack = np.maximum(self.ack(col["ack"][acks]), 0)  # an ACK of the SYN: no data yet
+        a_flags = flags[acks]
+        a_win = col["win"][acks].astype(np.int64)
+        a_win = np.where((a_flags & TCP_SYN) != 0, a_win, a_win << self.shift)
+        a_una = _cummax(a_ack, c.una)
+        prev_una = np.concatenate([[max(c.una, 0)], a_una[:-1]]) if len(a_una) else a_una
+
+        # both streams in time order: in flight = highest end sent - highest ack seen
+        ts = np.concatenate([d_ts, a_ts])
+        kind = np.concatenate([np.zeros(len(d_ts), np.int8), np.ones(len(a_ts), np.int8)])
+        order = np.lexsort((kind, ts))
+        ts, kind = ts[order], kind[order]
+        all_end = _cummax(d_end, _I64_MIN if c.max_end is None else c.max_end)
+        snd_nxt = _cummax(np.concatenate([all_end, np.full(len(a_ts), -1)])[order], c.snd_nxt)
+        una = _cummax(np.concatenate([np.full(len(d_ts), -1), a_una])[order], c.una)
+        inflight = np.maximum(snd_nxt - np.maximum(una, 0), 0)
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        del order
+        a_pos = inv[len(d_ts):]
+
+        is_rtx, is_reorder = self._retransmissions(d_ts, d_start, d_end, all_end, np.maximum(
+            una[inv[:len(d_ts)]], 0))
+        del inv
+        rtt = self._karn_rtt(d_ts, d_start, d_end, is_rtx, a_ts, a_ack, a_una, prev_una)
+        a_sack = col["sack"][acks] if "sack" in col else np.zeros(len(a_ts), np.int8)
+        dup = self._dupacks(length[acks], a_flags, a_sack, a_ack, a_una, a_win, inflight[a_pos])
+        del acks, a_flags, a_sack
+        dup_run = self._dup_runs(dup, a_ts)
+
+        for i in np.flatnonzero(is_rtx):
+            self.events.append((int(d_ts[i]), "retransmit", int(d_start[i]), int(d_len[i]),
+                                self.cmd_of(int(d_start[i])), ""))
+        for i in np.flatnonzero(is_reorder):
+            self.events.append((int(d_ts[i]), "reorder", int(d_start[i]), int(d_len[i]),
+                                self.cmd_of(int(d_start[i])), "filled a hole soon after it opened"))
+        for i in np.flatnonzero(dup):
+            self.events.append((int(a_ts[i]), "dupack", int(a_ack[i]), 0,
+                                self.cmd_of(int(a_ack[i])), f"dup #{dup_run[i]}"))
+        self._episodes(d_ts, all_end, is_rtx, a_ts, a_ack, a_una, dup_run)
+
+        n = len(ts)
+        rtt_all = np.full(n, np.nan)
+        rwnd_all = np.full(n, np.nan)
+        if len(a_pos):
+            rtt_all[a_pos] = rtt
+            rwnd_all[a_pos] = a_win
+        rwnd_all = _ffill(rwnd_all, c.rwnd)
+        srtt = self._srtt(rtt_all)
+        rate = self._rate(ts, np.maximum(una, 0))
+        out = {"ts_ns": ts, "srtt_us": srtt, "rtt_us": rtt_all,
+               "inflight_bytes": inflight.astype(float), "rwnd": rwnd_all,
+               "delivery_rate_bps": rate}
+        if self.p.minor and n:  # change-only, as the probes report: a row per segment sent
+            keep = (kind == 0) | ~np.isnan(rtt_all)
+            keep[1:] |= (una[1:] != una[:-1]) | (snd_nxt[1:] != snd_nxt[:-1]) | (
+                rwnd_all[1:] != rwnd_all[:-1])
+            keep[0] |= c.first_row or bool(una[0] != c.una) or bool(
+                snd_nxt[0] != c.snd_nxt) or bool(rwnd_all[0] != c.rwnd)
+            out = {k: v[keep] for k, v in out.items()}
+        if n:
+            c.first_row = False
+            c.snd_nxt, c.una, c.rwnd = int(snd_nxt[-1]), int(una[-1]), float(rwnd_all[-1])
+        if len(d_ts):
+            c.max_end, c.last_d_ts = int(all_end[-1]), int(d_ts[-1])
+        if len(a_ts):
+            c.last_a_ts = int(a_ts[-1])
+        self._forget_acknowledged()
+        return out
+
+    # ----------------------------------------------------------------------------------------
+    def _retransmissions(self, d_ts: np.ndarray, d_start: np.ndarray, d_end: np.ndarray,
+                         all_end: np.ndarray, una_at_send: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(retransmitted, reordered) per data segment. A segment behind the highest byte sent
+        is a retransmission when its bytes were sent or acknowledged before; one that fills a
+        fresh hole soon after the hole opened was reordered on the way to this capture point
+        (or lost before it and resent: indistinguishable here)."""
+        c = self.c
+        if not len(d_ts):
+            return np.zeros(0, bool), np.zeros(0, bool)
+        prev_max = np.concatenate([[0 if c.max_end is None else max(c.max_end, 0)],
+                                   np.maximum(all_end[:-1], 0)])
+        behind = (d_end > d_start) & (d_start < prev_max)
+        del prev_max
+        idx = np.arange(len(d_start))
+        _, first_of = np.unique(d_start, return_inverse=True)
+        first = np.full(first_of.max() + 1, len(idx))
+        np.minimum.at(first, first_of, idx)
+        seen = (first[first_of] < idx) | np.isin(d_start, c.starts)
+        del idx, first_of, first
+        # when the hole at each segment's start opened: the first send that passed that byte
+        step_end = np.concatenate([c.step_end, all_end])
+        step_ts = np.concatenate([c.step_ts, d_ts])
+        hole_open_ts = step_ts[np.searchsorted(step_end, d_start, side="right").clip(
+            max=len(step_ts) - 1)]
+        late = (d_ts - hole_open_ts) > self.reorder_ns
+        is_rtx = behind & (seen | (d_start < una_at_send) | late)
+        up = np.concatenate([[True], step_end[1:] > step_end[:-1]])
+        c.step_end, c.step_ts = step_end[up], step_ts[up]
+        c.starts = np.union1d(c.starts, d_start)
+        return is_rtx, behind & ~is_rtx
+
+    def _karn_rtt(self, d_ts: np.ndarray, d_start: np.ndarray, d_end: np.ndarray,
+                  is_rtx: np.ndarray, a_ts: np.ndarray, a_ack: np.ndarray, a_una: np.ndarray,
+                  prev_una: np.ndarray) -> np.ndarray:
+        """RTT samples (Karn), us per ACK: an ACK that newly covers the end of a segment sent
+        once, measured from that segment's send time. Only ACKs that advance snd_una count,
+        and none whose newly acknowledged bytes a retransmission sent before it touched."""
+        c = self.c
+        orig = ~is_rtx & (d_end > d_start)
+        o_end = np.concatenate([c.o_end, d_end[orig]])
+        o_ts = np.concatenate([c.o_ts, d_ts[orig]])
+        o_order = np.argsort(o_end, kind="stable")
+        c.o_end, c.o_ts = o_end[o_order], o_ts[o_order]
+        c.rtx_start = np.concatenate([c.rtx_start, d_start[is_rtx]])
+        c.rtx_ts = np.concatenate([c.rtx_ts, d_ts[is_rtx]])
+        adv = a_ack > prev_una
+        if not (len(c.o_end) and adv.any()):
+            return np.full(len(a_ts), np.nan)
+        k = np.searchsorted(c.o_end, a_ack, side="right") - 1
+        okk = adv & (k >= 0)
+        kk = np.where(okk, k, 0)
+        del k
+        seg_end, seg_ts = c.o_end[kk], c.o_ts[kk]
+        # The ACKs that advance snd_una split the sequence space: each retransmitted byte is
+        # newly acknowledged by one of them, the first whose snd_una passes it.
+        touched = np.zeros(len(a_ts), bool)
+        if len(c.rtx_start):
+            hit = np.searchsorted(a_una, c.rtx_start, side="right")
+            ok = hit < len(a_una)
+            hit, start, rtx_ts = hit[ok], c.rtx_start[ok], c.rtx_ts[ok]
+            touched[hit[(start >= prev_una[hit]) & (rtx_ts <= a_ts[hit])]] = True
+        okk &= (seg_end > prev_una) & (seg_ts <= a_ts) & ~touched
+        return np.where(okk, (a_ts - seg_ts) / 1000.0, np.nan)
+
+    def _dupacks(self, a_len: np.ndarray, a_flags: np.ndarray, a_sack: np.ndarray,
+                 a_ack: np.ndarray, a_una: np.ndarray, a_win: np.ndarray,
+                 in_flight_at_ack: np.ndarray) -> np.ndarray:
+        """Duplicate ACKs: pure ACKs repeating the highest ack with the same window while data
+        is out. Same ACK number as the one before and as the highest; the window unchanged, or
+        a SACK block present (RFC 6675: a SACK-carrying ACK counts even if the window moved)."""
+        c = self.c
+        pure = (a_len == 0) & ((a_flags & (TCP_SYN | TCP_FIN | TCP_RST)) == 0)
+        if not len(a_ack):
+            return pure
+        prev_ack = np.concatenate([[-1 if c.last_ack is None else c.last_ack], a_ack[:-1]])
+        prev_win = np.concatenate([[c.last_win], a_win[:-1]])
+        same = (a_ack == prev_ack) & (a_ack == a_una) & ((a_win == prev_win) | (a_sack > 0))
+        if c.last_ack is None:
+            same[0] = False
+        c.last_ack, c.last_win = int(a_ack[-1]), int(a_win[-1])
+        return pure & same & (in_flight_at_ack > 0)
+
+    def _dup_runs(self, dup: np.ndarray, a_ts: np.ndarray) -> np.ndarray:
+        """The number of each duplicate ACK in its run; runs closed (the ACK after the last
+        duplicate) go to `self.runs` with that next ACK's time."""
+        c = self.c
+        dup_run = np.zeros(len(dup), np.int64)
+        if len(dup) and c.dup_run and not dup[0] and self.open_run is not None:
+            self._close_run(int(a_ts[0]))
+        for i in np.flatnonzero(dup):
+            dup_run[i] = (dup_run[i - 1] if i > 0 else c.dup_run) + 1 \
+                if (i > 0 and dup[i - 1]) or (i == 0 and c.dup_run) else 1
+            if dup_run[i] == 1:
+                self.open_run = [int(a_ts[i]), 1, int(a_ts[i])]
+            elif self.open_run is not None:
+                self.open_run[1:] = [int(dup_run[i]), int(a_ts[i])]
+            if i + 1 < len(dup) and not dup[i + 1]:
+                self._close_run(int(a_ts[i + 1]))
+        if len(dup):
+            c.dup_run = int(dup_run[-1]) if dup[-1] else 0
+        self.dup_ts.append(a_ts[dup])
+        return dup_run
+
+    def _close_run(self, next_ts: int | None) -> None:
+        if self.open_run is not None:
+            start, length, last = self.open_run
+            self.runs.append((start, length, last if next_ts is None else next_ts))
+            self.open_run = None
+
+    def _episodes(self, d_ts: np.ndarray, all_end: np.ndarray, is_rtx: np.ndarray,
+                  a_ts: np.ndarray, a_ack: np.ndarray, a_una: np.ndarray,
+                  dup_run: np.ndarray) -> None:
+        """Loss episodes: from the first retransmission or the Nth duplicate ACK until an ACK
+        passes the highest byte sent when the episode began (the recovery point). Whether it
+        was fast recovery or a timeout needs the median RTT: decided in `finish`."""
+        c = self.c
+        if self.episodes and self.episodes[-1].end is None:
+            self._resolve(self.episodes[-1], a_ts, a_ack, 0)
+        starts = sorted(
+            [(int(d_ts[i]), "rtx", int(i)) for i in np.flatnonzero(is_rtx)]
+            + [(int(a_ts[i]), "dup", int(i)) for i in np.flatnonzero(dup_run == self.thr)])
+        for t, why, _ in starts:
+            last = self.episodes[-1] if self.episodes else None
+            if last is not None and (last.end is None or t <= last.end):
+                continue
+            j = int(np.searchsorted(d_ts, t, side="right")) - 1
+            if j >= 0:
+                recover = int(all_end[j])
+            else:
+                recover = c.max_end if c.max_end is not None else int(all_end[0])
+            k = int(np.searchsorted(a_ts, t, side="right")) - 1
+            seq0 = int(a_una[k]) if k >= 0 else max(c.una, 0)
+            ep = _Episode(t, why, seq0, recover, None)
+            self._resolve(ep, a_ts, a_ack, int(np.searchsorted(a_ts, t, side="left")))
+            self.episodes.append(ep)
+
+    @staticmethod
+    def _resolve(ep: _Episode, a_ts: np.ndarray, a_ack: np.ndarray, start: int,
+                 chunk: int = 4096) -> None:
+        """The episode's end: the first ACK from `start` on at or past its recovery point
+        (looked for a chunk at a time: an episode ends within a few round trips)."""
+        for lo in range(start, len(a_ack), chunk):
+            hit = np.flatnonzero(a_ack[lo:lo + chunk] >= ep.recover)
+            if len(hit):
+                ep.end = int(a_ts[lo + int(hit[0])])
+                return
+
+    def _srtt(self, rtt: np.ndarray) -> np.ndarray:
+        """RFC 6298 smoothing (alpha 1/8) of the RTT samples, carried between samples."""
+        c = self.c
+        out = np.full(len(rtt), np.nan)
+        s = c.srtt
+        samples = np.flatnonzero(~np.isnan(rtt))
+        self.rtts.append(rtt[samples])
+        for i in samples:
+            s = rtt[i] if np.isnan(s) else s + (rtt[i] - s) / 8.0
+            out[i] = s
+        out = _ffill(out, c.srtt)
+        c.srtt = s
+        return out
+
+    def _rate(self, ts: np.ndarray, cum: np.ndarray) -> np.ndarray:
+        """Bytes per second acknowledged over the trailing window ending at each row."""
+        c, w = self.c, self.p.window_ns
+        if self.p.stream_rows < 2:
+            return np.full(len(ts), np.nan)
+        all_ts = np.concatenate([c.hist_ts, ts])
+        all_cum = np.concatenate([c.hist_cum, cum])
+        start = np.searchsorted(all_ts, all_ts - w, side="left")
+        dt = np.maximum(all_ts - all_ts[start], w // 4 or 1)
+        rate = ((all_cum - all_cum[start]) * 1e9 / dt)[len(c.hist_ts):]
+        if len(all_ts):
+            keep = int(np.searchsorted(all_ts, all_ts[-1] - w, side="left"))
+            c.hist_ts, c.hist_cum = all_ts[keep:].copy(), all_cum[keep:].copy()
+        return rate
+
+    def _forget_acknowledged(self) -> None:
+        """Drop what no later ACK or segment can need: everything at or below snd_una."""
+        c = self.c
+        una = max(c.una, 0)
+        live = c.o_end > una
+        c.o_end, c.o_ts = c.o_end[live], c.o_ts[live]
+        live = c.rtx_start >= una
+        c.rtx_start, c.rtx_ts = c.rtx_start[live], c.rtx_ts[live]
+        c.starts = c.starts[c.starts >= una]
+        live = c.step_end > una
+        c.step_end, c.step_ts = c.step_end[live], c.step_ts[live]
+
+    # ----------------------------------------------------------------------------------------
+    def finish(self) -> tuple[list[tuple], list[tuple]]:
+        """(states, events) of the whole direction, once every slice was fed."""
+        c = self.c
+        self._close_run(None)
+        rtts = np.concatenate(self.rtts) if self.rtts else np.zeros(0)
+        recent_ns = int(max(2 * np.median(rtts) * 1000, 1_000_000)) if len(rtts) \
+            else 200_000_000
+        dup_ts = np.concatenate(self.dup_ts) if self.dup_ts else np.zeros(0, np.int64)
+        states: list[tuple] = []
+        for ep in self.episodes:
+            end = ep.end if ep.end is not None else max(c.last_d_ts, c.last_a_ts)
+            # Fast recovery when duplicate ACKs led up to the retransmission within about an
+            # RTT (with SACK one ACK can report 3+ lost segments, so one duplicate is enough);
+            # a retransmission after silence is a timeout.
+            fast = ep.why == "dup" or bool(
+                np.searchsorted(dup_ts, ep.t, side="right")
+                > np.searchsorted(dup_ts, ep.t - recent_ns, side="right"))
+            self.events.append((ep.t, "loss_episode", ep.seq0, ep.recover - ep.seq0,
+                                self.cmd_of(ep.seq0),
+                                "fast retransmit" if fast else "timeout / no dupacks"))
+            states.append((self.conn, self.d, self.host, "estimated",
+                           "Recovery" if fast else "Loss", ep.t, max(end, ep.t)))
+        # Disorder: duplicate ACKs that did not reach the threshold, outside the episodes and
+        # the Disorder intervals before (each starts where the one before it ended, or later).
+        in_episode = _covered_by([(s, e) for *_, s, e in states])
+        last_end = None
+        for t, length, nxt in self.runs:
+            if length < self.thr and not in_episode(t) and (last_end is None or t > last_end):
+                states.append((self.conn, self.d, self.host, "estimated", "Disorder", t, nxt))
+                last_end = nxt
+        return states, self.events
+
+
+def _ffill(values: np.ndarray, before: float) -> np.ndarray:
+    """Each NaN replaced by the last value before it (`before`: the slices' before)."""
+    if not len(values):
+        return values
+    seen = ~np.isnan(values)
+    idx = np.where(seen, np.arange(len(values)), -1)
+    np.maximum.accumulate(idx, out=idx)
+    out = values[np.maximum(idx, 0)]
+    out[idx < 0] = before
+    return out
+
+
+def _covered_by(intervals: list[tuple[int, int]]) -> Callable[[int], bool]:
+    """A test of whether a time lies in one of the closed intervals [start, end]: the latest
+    end among the intervals that start at or before it reaches it."""
+    if not intervals:
+        return lambda t: False
+    iv = sorted(intervals)
+    starts = np.array([s for s, _ in iv], np.int64)
+    reach = np.maximum.accumulate(np.array([e for _, e in iv], np.int64))
+
+    def covered(t: int) -> bool:
+        j = int(np.searchsorted(starts, t, side="right")) - 1
+        return j >= 0 and int(reach[j]) >= t
+    return covered
