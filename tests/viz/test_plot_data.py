@@ -1,8 +1,10 @@
 """The data behind every plot, checked against a synthetic capture whose truth is known."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import synth
+from istrace.capture.decoded import conn_and_dir
 from istrace.capture.load import load_capture
 from istrace.model import study
 from istrace.plot import data, render
@@ -261,3 +263,36 @@ def test_outstanding_ends_an_unanswered_command_where_its_tag_is_reused():
     at = dict(zip(s["t_ns"], s["outstanding"], strict=False))
     assert at[40] == 1 and at[50] == 1      # 0x1 closed at 50 by its reuse, reopened at 50
     assert s["outstanding"].iloc[-1] == 1   # 0x3: no reply, tag never reused
+
+
+def test_command_spans_past_4_gib_and_any_slicing():
+    """A minute at full rate sends several times 2^32 bytes: each command's span must come
+    from its own segments, not from those 4 GiB earlier or later with the same sequence
+    numbers mod 2^32 (seen: 39 s spans of 4 GiB "commands" on a 60 s capture)."""
+    seg_len, per_cmd, n_cmds = 65536, 1024, 200  # 64 MiB commands: 12.5 GiB in all
+    isn = 4_000_000_000
+    k = np.arange(n_cmds * per_cmd, dtype=np.int64)
+    ts = 1_000_000_000 + k * 10_000                     # a segment every 10 us
+    segs = pd.DataFrame({
+        "frame": k, "ts_ns": ts, "src": "10.0.0.2", "sport": 3260, "dst": "10.0.0.1",
+        "dport": 40000, "seq": (isn + 1 + k * seg_len) % 2**32, "ack": 1, "flags": 0x18,
+        "win": 500, "len": seg_len, "wscale": -1, "mss": -1, "tsval": -1, "tsecr": -1,
+        "sack": 0})
+    segs = conn_and_dir(segs)
+    cmd_bytes = per_cmd * seg_len
+    # one Data-In PDU per command, its 48-byte header at the command's first byte
+    cmds = np.arange(n_cmds)
+    pdus = pd.DataFrame({
+        "conn": segs["conn"].iloc[0], "dir": "t2i", "opcode_name": "SCSI Data-In",
+        "cmd": cmds, "pdu": cmds, "ts_ns": 1_000_000_000 + cmds * per_cmd * 10_000,
+        "tcp_seq": (isn + 1 + cmds * cmd_bytes) % 2**32, "ahs_len": 0,
+        "dsl": cmd_bytes - 48})
+    assert (isn + 1 + n_cmds * cmd_bytes) // 2**32 >= 3  # the stream wraps three times
+    want_start = 1_000_000_000 + cmds * per_cmd * 10_000
+    want_end = want_start + (per_cmd - 1) * 10_000
+    for rows in (1 << 16, 999, 10**9):
+        sp = data.segment_spans(pdus, segs, "t", "target", "t2i", slice_rows=rows)
+        assert sp["cmd"].tolist() == cmds.tolist()
+        assert (sp["start_ns"].to_numpy() == want_start).all(), rows
+        assert (sp["end_ns"].to_numpy() == want_end).all(), rows
+        assert (sp["bytes"] == cmd_bytes).all()

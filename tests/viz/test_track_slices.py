@@ -99,3 +99,26 @@ def test_cuts_never_split_a_step_back_in_time():
         for c in cuts[1:-1]:
             assert ts[:c].max() < ts[c:].min(), (rows, c)
     assert estimate.clean_cuts(ts, 1) == [0, 1, 2, 5, 6, 9, 10, 12, 13, 14]
+
+
+def test_a_loss_past_4_gib_is_tied_to_its_own_command():
+    """Retransmissions name the READ they hit by its data PDUs' sequence range: past 4 GiB
+    of stream, that range must be looked up unwrapped, not modulo 2^32."""
+    seg_len, per_cmd, n_cmds, isn = 65536, 1024, 100, 4_000_000_000  # 64 MiB commands
+    k = np.arange(n_cmds * per_cmd, dtype=np.int64)
+    lost = 90 * per_cmd + 7  # a segment of command 90, past the stream's first wrap
+    k = np.append(k, lost)
+    ts = 1_000_000_000 + np.arange(len(k)) * 10_000
+    segs = conn_and_dir(pd.DataFrame({
+        "frame": k, "ts_ns": ts, "src": "10.0.0.2", "sport": 3260, "dst": "10.0.0.1",
+        "dport": 40000, "seq": (isn + 1 + k * seg_len) % 2**32, "ack": 1, "flags": 0x18,
+        "win": 500, "len": seg_len, "wscale": -1, "mss": -1, "tsval": -1, "tsecr": -1,
+        "sack": 0}))
+    cmds = np.arange(n_cmds)
+    pdus = pd.DataFrame({
+        "conn": segs["conn"].iloc[0], "dir": "t2i", "opcode_name": "SCSI Data-In",
+        "cmd": cmds, "ts_ns": 1_000_000_000 + cmds * per_cmd * 10_000,
+        "tcp_seq": (isn + 1 + cmds * per_cmd * seg_len) % 2**32})
+    ev = track.track_pcap(segs, pdus, host="target", dirs=("t2i",)).events
+    rtx = ev[ev["kind"] == "retransmit"]
+    assert rtx["cmd"].tolist() == [90]

@@ -20,11 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from istrace.capture.decoded import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
-from istrace.capture.tcpseq import HALF, SPACE, rel
-
-# 65 536 rows a slice: the arrays of a slice stay in the CPU's caches (a 10 s full-rate capture
-# is tracked in 1.1 s this way, 1.8-2.2 s in slices of a million rows).
-SLICE_ROWS = 1 << 16
+from istrace.capture.tcpseq import Unwrapper
 
 _I64_MIN, _I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 Columns = dict[str, np.ndarray]
@@ -90,23 +86,6 @@ def plan(cols: Columns, snd: np.ndarray, rev: np.ndarray, cuts: list[int]) -> Pl
     return Plan(first_data if base is None else base, sent * 100 < back, window, rows)
 
 
-class _Unwrap:
-    """Sequence numbers as 64-bit offsets from the base, carried across slices (tcpseq.unwrap's
-    rule: a step back by more than half the space is a wrap forwards, and vice versa)."""
-
-    def __init__(self, base: int) -> None:
-        self.base, self.last, self.wraps = base, None, 0
-
-    def __call__(self, values: np.ndarray) -> np.ndarray:
-        if not len(values):
-            return np.zeros(0, np.int64)
-        r = rel(values, self.base)
-        step = np.diff(r, prepend=r[:1] if self.last is None else [self.last])
-        wraps = self.wraps + np.cumsum(np.where(step < -HALF, 1, 0) - np.where(step > HALF, 1, 0))
-        self.last, self.wraps = int(r[-1]), int(wraps[-1])
-        return r + wraps * SPACE
-
-
 def _cummax(values: np.ndarray, start: int) -> np.ndarray:
     """Running maximum that begins at `start` (what the slices before reached)."""
     return np.maximum(np.maximum.accumulate(values), start) if len(values) else values
@@ -158,7 +137,7 @@ class Direction:
                  reorder_window_ns: int) -> None:
         self.conn, self.d, self.host, self.p, self.shift = conn, d, host, p, shift
         self.cmd_of, self.thr, self.reorder_ns = cmd_of, dupack_threshold, reorder_window_ns
-        self.seq, self.ack = _Unwrap(p.base), _Unwrap(p.base)
+        self.seq, self.ack = Unwrapper(p.base), Unwrapper(p.base)
         self.c = _Carry()
         self.events: list[tuple] = []
         self.episodes: list[_Episode] = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from istrace.capture.decoded import TCP_SYN
+from istrace.capture.decoded import SLICE_ROWS, TCP_SYN
 from istrace.capture.tcpseq import unwrap
 from istrace.track import estimate
 from pandas.api.types import union_categoricals
@@ -42,6 +42,7 @@ class TrackResult:
     notes: list[str] = field(default_factory=list)
 
     def extend(self, other: TrackResult) -> None:
+        """Append `other`'s tables (its own are used up: their columns move here)."""
         self.samples = _concat([self.samples, other.samples], SAMPLE_COLUMNS)
         self.states = _concat([self.states, other.states], STATE_COLUMNS)
         self.events = _concat([self.events, other.events], EVENT_COLUMNS)
@@ -54,15 +55,20 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     if len(frames) == 1:  # the usual case (one connection, one direction): no copy
         return frames[0][columns]
-    # label columns stay categorical (pd.concat makes text of categoricals whose labels
-    # differ, the per-connection ones always do): millions of samples, a few labels
-    labels = [c for c in columns if all(
-        c in f.columns and isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames)]
-    out = pd.concat([f.drop(columns=labels) for f in frames], ignore_index=True)
-    for c in labels:
-        out[c] = union_categoricals([pd.Categorical.from_codes(
-            f[c].cat.codes, f[c].cat.categories.astype(object)) for f in frames])
-    return out[columns]
+    out = {}
+    for c in columns:
+        # A column at a time, each taken out of its frames as it is joined: millions of
+        # samples are never held twice over, only one column of them.
+        parts = [f.pop(c) for f in frames]
+        if all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
+            # label columns stay categorical (pd.concat makes text of categoricals whose
+            # labels differ, the per-connection ones always do): millions of rows, few labels
+            out[c] = union_categoricals([pd.Categorical.from_codes(
+                p.cat.codes, p.cat.categories.astype(object)) for p in parts])
+        else:
+            out[c] = pd.concat(parts, ignore_index=True)
+        del parts
+    return pd.DataFrame(out, columns=columns, copy=False)
 
 
 def _frame(data: dict[str, object], columns: list[str], n: int) -> pd.DataFrame:
@@ -253,7 +259,7 @@ def _window_scales(segs: pd.DataFrame) -> dict[tuple[str, str], int | None]:
 def track_pcap(segs: pd.DataFrame, pdus: pd.DataFrame | None = None,
                host: str = "initiator", dirs: tuple[str, ...] = ("i2t", "t2i"),
                dupack_threshold: int = 3, reorder_window_ns: int = 3_000_000,
-               slice_rows: int = estimate.SLICE_ROWS) -> TrackResult:
+               slice_rows: int = SLICE_ROWS) -> TrackResult:
     """Estimated time series from one capture point's segments (with `conn`/`dir` columns).
 
     `dirs` picks the data directions to track; a direction is best tracked at its sender's
@@ -307,7 +313,9 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     res = TrackResult()
     res.samples = _frame({
         **cols, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
-        "source": _const(n, "estimated")}, SAMPLE_COLUMNS, n)
+        "source": _const(n, "estimated"),
+        "ca_state": pd.Categorical.from_codes(np.full(n, -1, np.int8), CA_STATES)},
+        SAMPLE_COLUMNS, n)
     res.states = pd.DataFrame(states, columns=STATE_COLUMNS)
     if events:
         ev = pd.DataFrame(events, columns=["ts_ns", "kind", "seq", "bytes", "cmd", "note"])
@@ -329,7 +337,7 @@ def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str, base: int) -> obje
     p = pdus[(pdus["conn"] == conn) & (pdus["dir"] == d)].dropna(subset=["tcp_seq"])
     if p.empty:
         return none
-    start = (p["tcp_seq"].to_numpy(np.int64) - base) % _U32
+    start = unwrap(p["tcp_seq"].to_numpy(np.int64), base)  # past 4 GiB as the segments are
     cmd = p["cmd"].to_numpy() if "cmd" in p.columns else np.full(len(p), np.nan)
     order = np.argsort(start, kind="stable")
     start, cmd = start[order], cmd[order]

@@ -18,7 +18,21 @@ def rel(values: np.ndarray, base: int) -> np.ndarray:
 def unwrap(values: np.ndarray, base: int) -> np.ndarray:
     """Sequence numbers in time order -> int64 offsets from `base`, unwrapping once per 4 GiB
     (a step backwards by more than half the space is a wrap forwards, and vice versa)."""
-    r = rel(values, base)
-    step = np.diff(r, prepend=r[:1])
-    wraps = np.cumsum(np.where(step < -HALF, 1, 0) - np.where(step > HALF, 1, 0))
-    return r + wraps * SPACE
+    return Unwrapper(base)(values)
+
+
+class Unwrapper:
+    """`unwrap` for a sequence fed in pieces (slices of a table): each call continues from the
+    last value of the one before, so any slicing gives the offsets of one call."""
+
+    def __init__(self, base: int) -> None:
+        self.base, self.last, self.wraps = base, None, 0
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        if not len(values):
+            return np.zeros(0, np.int64)
+        r = rel(values, self.base)
+        step = np.diff(r, prepend=r[:1] if self.last is None else [self.last])
+        wraps = self.wraps + np.cumsum(np.where(step < -HALF, 1, 0) - np.where(step > HALF, 1, 0))
+        self.last, self.wraps = int(r[-1]), int(wraps[-1])
+        return r + wraps * SPACE

@@ -7,11 +7,13 @@ Times stay integer nanoseconds; plots convert to ms relative to a t0 they choose
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from istrace.capture import attribution, tcpseq
+from istrace.capture.decoded import SLICE_ROWS
 from istrace.track.tracker import label_codes
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
@@ -617,63 +619,101 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
 
 def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str,
                   host: str, d: str = "t2i", offset_ns: int = 0,
-                  key: str = "cmd") -> pd.DataFrame:
+                  key: str = "cmd", slice_rows: int = SLICE_ROWS) -> pd.DataFrame:
     """Per command (or per data PDU with key="pdu"; the `cmd` column then holds the PDU's
     index), the time its data PDUs' bytes took at one capture point ([first, last] segment
-    carrying them). `pdus` give each command's TCP sequence range in direction `d`."""
+    carrying them). `pdus` give each command's TCP sequence range in direction `d`.
+
+    Sequence numbers are unwrapped (a minute at full rate passes 4 GiB several times); the
+    segments are read `slice_rows` at a time, so a long capture costs a slice's memory."""
     if pdus is None or segs is None or pdus.empty or segs.empty or "tcp_seq" not in pdus:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     p = pdus[(pdus["dir"] == d) & pdus["opcode_name"].isin(DATA_OPS) & pdus["cmd"].notna()
              & pdus["tcp_seq"].notna()]
-    x = payload(segs, d, ("ts_ns", "seq", "len", "conn"))
-    if p.empty or x.empty:
+    if p.empty:
         return pd.DataFrame(columns=SPAN_COLUMNS)
+    conn_code, conn_label = label_codes(segs["conn"])
+    dir_code, dir_label = label_codes(segs["dir"])
+    col = {"ts_ns": segs["ts_ns"].to_numpy(), "seq": segs["seq"].to_numpy(),
+           "len": segs["len"].to_numpy()}
     frames = []
-    conns = set(x["conn"].unique())
     for conn, pc in p.groupby("conn"):
-        if conn not in conns:
+        c_hit, d_hit = np.flatnonzero(conn_label == conn), np.flatnonzero(dir_label == d)
+        if not (len(c_hit) and len(d_hit)):
             continue
-        xc = x if len(conns) == 1 else x[x["conn"] == conn]  # one connection: no copy
-        base = int(xc["seq"].iloc[0])
-        s0 = tcpseq.rel(xc["seq"].to_numpy(np.int64), base)
-        ts = xc["ts_ns"].to_numpy(np.int64)
-        a = tcpseq.rel(pc["tcp_seq"].to_numpy(np.int64), base)
+
+        def mine(a: int, b: int, cc: int = int(c_hit[0]), dc: int = int(d_hit[0])) -> np.ndarray:
+            return (conn_code[a:b] == cc) & (dir_code[a:b] == dc) & (col["len"][a:b] > 0)
+        cuts = list(range(0, len(segs), slice_rows)) + [len(segs)]
+        base = _first_payload_seq(col["seq"], mine, cuts)
+        if base is None:
+            continue
+        a = tcpseq.unwrap(pc["tcp_seq"].to_numpy(np.int64), base)
         ln = 48 + pc.get("ahs_len", pd.Series(0, pc.index)).fillna(0).to_numpy(np.int64) + \
             pc["dsl"].fillna(0).to_numpy(np.int64)
         rng = pd.DataFrame({"cmd": pc[key].to_numpy(), "a": a, "b": a + ln}).groupby("cmd")
         lo, hi = rng["a"].min(), rng["b"].max()
-        seg_len = xc["len"].to_numpy()
-        if not (s0[1:] >= s0[:-1]).all():  # out of sequence order (retransmissions): sort,
-            o = np.argsort(s0, kind="stable")  # one column at a time (millions of rows)
-            s0 = s0[o]
-            ts = ts[o]
-            seg_len = seg_len[o]
-            del o
-        end_max = s0 + seg_len
-        del seg_len
-        np.maximum.accumulate(end_max, out=end_max)
-        s0s, tss = s0, ts
-        # the segments [i, j) of each range: the first ending past its start, up to the
-        # last starting before its end; their first and last times by reduceat over the
-        # (i, j) pairs laid side by side (a sentinel keeps j a valid index)
-        i = np.searchsorted(end_max, lo.to_numpy(), side="right")
-        j = np.searchsorted(s0s, hi.to_numpy(), side="left")
-        ok = j > i
+        starts, ends = _first_last(lo.to_numpy(np.int64), hi.to_numpy(np.int64), col, mine,
+                                   cuts, tcpseq.Unwrapper(base))
+        ok = starts <= ends
         cmds = list(lo.index[ok])
-        starts = ends = np.zeros(0, np.int64)
-        if ok.any():
-            pairs = np.column_stack([i[ok], j[ok]]).ravel()
-            ext = np.append(tss, tss[-1])
-            starts = np.minimum.reduceat(ext, pairs)[0::2]
-            ends = np.maximum.reduceat(ext, pairs)[0::2]
         frames.append(pd.DataFrame({"row": row, "host": host, "layer": "net" if host == "wire"
-                                    else "tcp", "start_ns": np.asarray(starts, np.int64)
-                                    - offset_ns, "end_ns": np.asarray(ends, np.int64)
-                                    - offset_ns, "cmd": cmds, "bytes": (hi - lo).loc[cmds]
-                                    .to_numpy(), "label": "data segments"}))
+                                    else "tcp", "start_ns": starts[ok] - offset_ns,
+                                    "end_ns": ends[ok] - offset_ns, "cmd": cmds,
+                                    "bytes": (hi - lo).loc[cmds].to_numpy(),
+                                    "label": "data segments"}))
     if not frames:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     return pd.concat(frames, ignore_index=True)[SPAN_COLUMNS]
+
+
+def _first_payload_seq(seq: np.ndarray, mine: Callable[[int, int], np.ndarray],
+                       cuts: list[int]) -> int | None:
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        hit = np.flatnonzero(mine(a, b))
+        if len(hit):
+            return int(seq[a + hit[0]])
+    return None
+
+
+def _first_last(lo: np.ndarray, hi: np.ndarray, col: dict[str, np.ndarray],
+                mine: Callable[[int, int], np.ndarray], cuts: list[int],
+                unwrap: tcpseq.Unwrapper) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last time of the segments carrying each range [lo, hi) of the stream
+    (int64 max / min where none did), a slice of the table at a time: in a slice sorted by
+    sequence, the segments from the first reaching past `lo` to the last starting before
+    `hi`, their first and last times by reduceat over the (i, j) pairs laid side by side."""
+    first = np.full(len(lo), np.iinfo(np.int64).max)
+    last = np.full(len(lo), np.iinfo(np.int64).min)
+    by_lo = np.argsort(lo, kind="stable")
+    lo_sorted = lo[by_lo]
+    longest = int((hi - lo).max()) if len(lo) else 0
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        m = mine(a, b)
+        if not m.any():
+            continue
+        s0 = unwrap(col["seq"][a:b][m])
+        ts = col["ts_ns"][a:b][m].astype(np.int64, copy=False)
+        end = s0 + col["len"][a:b][m]
+        if not (s0[1:] >= s0[:-1]).all():  # out of sequence order (retransmissions)
+            o = np.argsort(s0, kind="stable")
+            s0, ts, end = s0[o], ts[o], end[o]
+        np.maximum.accumulate(end, out=end)
+        # the ranges this slice can touch: starting before its last byte, ending after its
+        # first (no range is longer than the longest)
+        k = by_lo[np.searchsorted(lo_sorted, int(s0[0]) - longest, side="left"):
+                  np.searchsorted(lo_sorted, int(end[-1]), side="left")]
+        i = np.searchsorted(end, lo[k], side="right")
+        j = np.searchsorted(s0, hi[k], side="left")
+        ok = j > i
+        if not ok.any():
+            continue
+        k = k[ok]
+        pairs = np.column_stack([i[ok], j[ok]]).ravel()
+        ext = np.append(ts, ts[-1])  # a sentinel: j may be one past the end
+        first[k] = np.minimum(first[k], np.minimum.reduceat(ext, pairs)[0::2])
+        last[k] = np.maximum(last[k], np.maximum.reduceat(ext, pairs)[0::2])
+    return first, last
 
 
 # Kernel stack probe points that mark a piece of work by its start and its end rather than
