@@ -296,3 +296,52 @@ def test_command_spans_past_4_gib_and_any_slicing():
         assert (sp["start_ns"].to_numpy() == want_start).all(), rows
         assert (sp["end_ns"].to_numpy() == want_end).all(), rows
         assert (sp["bytes"] == cmd_bytes).all()
+
+
+def test_bursts_spacing_and_totals_read_in_slices_match_the_whole_table():
+    """Bursts, the median spacing of data segments and the per-connection totals are read a
+    slice of the table at a time: they must be what the whole table sorted by time gives,
+    with bursts and equal time stamps across the cuts and stamps stepping back in time."""
+    rng = np.random.default_rng(7)
+    n = 150_000  # three slices and more
+    gap = rng.choice([1_000, 2_000, 2_500, 150_000, 3_000_000_000], size=n,
+                     p=[0.5, 0.3, 0.1, 0.09, 0.01])
+    ts = 10**12 + np.cumsum(gap)
+    ts[1000:1003] = ts[1000:1003][::-1]  # a capture's stamps stepping back
+    segs = pd.DataFrame({"ts_ns": ts, "len": rng.integers(0, 9000, n).astype(np.int32),
+                         "dir": pd.Categorical(rng.choice(["t2i", "i2t"], n, p=[0.9, 0.1])),
+                         "conn": pd.Categorical(rng.choice(["a", "b"], n))})
+    for d in ("t2i", "i2t"):
+        x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
+        o = np.argsort(x["ts_ns"].to_numpy(), kind="stable")
+        t, ln = x["ts_ns"].to_numpy()[o], x["len"].to_numpy(np.int64)[o]
+        med = float(np.median(np.diff(t)))
+        assert data.burst_gap_threshold(segs, d) == int(max(5 * med, 100_000))
+        for thr in (100_000, 1_000_000):
+            first = np.flatnonzero(np.concatenate([[True], np.diff(t) > thr]))
+            last = np.concatenate([first[1:] - 1, [len(t) - 1]])
+            b = data.data_bursts(segs, d, thr)
+            assert b["start_ns"].tolist() == t[first].tolist()
+            assert b["end_ns"].tolist() == t[last].tolist()
+            assert b["bytes"].tolist() == np.add.reduceat(ln, first).tolist()
+            assert b["segments"].tolist() == (last - first + 1).tolist()
+        tot = data.payload_totals(segs, d)
+        g = x.groupby("conn", observed=True)
+        assert tot["bytes"].tolist() == g["len"].sum().tolist()
+        assert tot["first_ns"].tolist() == g["ts_ns"].min().tolist()
+        assert tot["last_ns"].tolist() == g["ts_ns"].max().tolist()
+        assert tot["largest"].tolist() == g["len"].max().tolist()
+
+
+@pytest.mark.parametrize("n", [140_001, 140_002])
+def testmedian_spacing_is_exact(n):
+    """The median spacing is taken in two passes of bounded memory: it must be np.median's,
+    for odd and even counts, spacings from nanoseconds to seconds, across the slices' cuts."""
+    rng = np.random.default_rng(n)
+    gap = np.where(rng.random(n) < 0.3, rng.integers(2**30, 2**33, n), rng.integers(1, 5000, n))
+    ts = 10**12 + np.cumsum(gap)
+    segs = pd.DataFrame({"ts_ns": ts, "len": np.full(n, 100, np.int32),
+                         "dir": pd.Categorical(["t2i"] * n), "conn": pd.Categorical(["a"] * n)})
+    assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(ts)))
+    segs["ts_ns"] = 10**12 + np.cumsum(rng.integers(2**30, 2**33, n))  # the median >= 1 s
+    assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(segs["ts_ns"])))

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from istrace.capture.decoded import TCP_ACK, TCP_PSH, TCP_SYN, conn_and_dir
-from istrace.track import estimate
+from istrace.capture.slices import clean_cuts
 from istrace.track import tracker as track
 from test_track_synthetic import ISN_I, ISN_T, seg
 
@@ -94,11 +94,11 @@ def test_karn_ignores_only_retransmissions_sent_before_the_ack():
 def test_cuts_never_split_a_step_back_in_time():
     ts = np.array([1, 2, 3, 3, 3, 4, 9, 5, 6, 10, 11, 11, 12, 13], np.int64)
     for rows in range(1, len(ts) + 1):
-        cuts = estimate.clean_cuts(ts, rows)
+        cuts = clean_cuts(ts, rows)
         assert cuts[0] == 0 and cuts[-1] == len(ts) and cuts == sorted(set(cuts))
         for c in cuts[1:-1]:
             assert ts[:c].max() < ts[c:].min(), (rows, c)
-    assert estimate.clean_cuts(ts, 1) == [0, 1, 2, 5, 6, 9, 10, 12, 13, 14]
+    assert clean_cuts(ts, 1) == [0, 1, 2, 5, 6, 9, 10, 12, 13, 14]
 
 
 def test_a_loss_past_4_gib_is_tied_to_its_own_command():

@@ -26,30 +26,6 @@ _I64_MIN, _I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 Columns = dict[str, np.ndarray]
 
 
-def clean_cuts(ts: np.ndarray, rows: int) -> list[int]:
-    """Table positions about `rows` apart (first 0, last len) where every time stamp before the
-    position is below every one from it on."""
-    n = len(ts)
-    if n <= rows:
-        return [0, n]
-    starts = list(range(0, n, rows))
-    block_min = np.array([ts[s:s + rows].min() for s in starts], np.int64)
-    # the smallest time stamp of the blocks after each block
-    after = np.append(np.minimum.accumulate(block_min[::-1])[::-1][1:], _I64_MAX)
-    cuts, before = [0], _I64_MIN
-    for k, s in enumerate(starts):
-        blk = ts[s:s + rows].astype(np.int64, copy=False)
-        if k:
-            top = np.maximum(before, np.maximum.accumulate(blk))  # highest up to each row
-            top_before = np.concatenate([[before], top[:-1]])
-            low_from = np.minimum(np.minimum.accumulate(blk[::-1])[::-1], after[k])
-            ok = np.flatnonzero(top_before < low_from)
-            if len(ok) and s + int(ok[0]) > cuts[-1]:
-                cuts.append(s + int(ok[0]))
-        before = max(before, int(blk.max()))
-    return cuts + [n]
-
-
 @dataclass
 class Plan:
     """What the whole direction decides before its first slice is tracked."""

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from istrace.capture.decoded import SLICE_ROWS, TCP_SYN
+from istrace.capture.decoded import TCP_SYN
+from istrace.capture.slices import SLICE_ROWS, clean_cuts
 from istrace.capture.tcpseq import unwrap
 from istrace.track import estimate
 from pandas.api.types import union_categoricals
@@ -298,7 +299,7 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     codes, labels = label_codes(c["dir"])
     snd = codes == _code(labels, d)
     from_rev = codes == _code(labels, rev)
-    cuts = estimate.clean_cuts(col["ts_ns"], slice_rows)
+    cuts = clean_cuts(col["ts_ns"], slice_rows)
     plan = estimate.plan(col, snd, from_rev, cuts)
     if plan is None:
         return None

@@ -26,10 +26,6 @@ CONNECTION_FILE = "connections.csv"
 SEGMENT_FILE = "segments.bin"
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
-# Analyses walk the segments table this many rows at a time: a slice's arrays stay in the
-# CPU's caches (the tracker takes 1.1 s over a 10 s full-rate capture this way, 1.8-2.2 s in
-# slices of a million rows) and its temporaries are a slice's, whatever the capture's length.
-SLICE_ROWS = 1 << 16
 # The segments table (schema §4b): integer columns (_SEG_MEMORY) but the two addresses.
 SEGMENT_COLUMNS = ["frame", "ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags",
                    "win", "len", "wscale", "mss", "tsval", "tsecr", "sack"]

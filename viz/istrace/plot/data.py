@@ -7,13 +7,13 @@ Times stay integer nanoseconds; plots convert to ms relative to a t0 they choose
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from istrace.capture import attribution, tcpseq
-from istrace.capture.decoded import SLICE_ROWS
+from istrace.capture.slices import SLICE_ROWS, payload_slices
 from istrace.track.tracker import label_codes
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
@@ -199,31 +199,117 @@ def data_bursts(segs: pd.DataFrame, d: str = "t2i", gap_ns: int = 1_000_000) -> 
     """Runs of payload-carrying segments of one direction separated by less than `gap_ns`.
 
     Columns: start_ns, end_ns, bytes, segments. Drives the idle ratio: the link is busy during
-    a burst, idle between bursts.
+    a burst, idle between bursts. Read a slice of the table at a time (the burst still open
+    at a slice's end goes on into the next).
     """
     cols = ["start_ns", "end_ns", "bytes", "segments"]
-    if segs is None or segs.empty:
+    parts: list[tuple[np.ndarray, ...]] = []
+    run: list[int] | None = None  # the open burst: start, end, bytes, segments
+    for sl in payload_slices(segs, d):
+        ts = sl["ts_ns"].astype(np.int64, copy=False)
+        ln = sl["len"].astype(np.int64)
+        new = np.empty(len(ts), bool)
+        new[1:] = np.diff(ts) > gap_ns
+        new[0] = run is None or int(ts[0]) - run[1] > gap_ns
+        first = np.flatnonzero(new)
+        if run is not None and not new[0]:  # the open burst goes on into this slice
+            upto = int(first[0]) if len(first) else len(ts)
+            run = [run[0], int(ts[upto - 1]), run[2] + int(ln[:upto].sum()), run[3] + upto]
+        if not len(first):
+            continue
+        if run is not None:
+            parts.append(tuple(np.array([v], np.int64) for v in run))
+        last = np.concatenate([first[1:] - 1, [len(ts) - 1]])
+        nbytes = np.add.reduceat(ln, first)
+        count = last - first + 1
+        parts.append((ts[first[:-1]], ts[last[:-1]], nbytes[:-1], count[:-1]))
+        run = [int(ts[first[-1]]), int(ts[-1]), int(nbytes[-1]), int(count[-1])]
+    if run is not None:
+        parts.append(tuple(np.array([v], np.int64) for v in run))
+    if not parts:
         return pd.DataFrame(columns=cols)
-    x = payload(segs, d)
-    if x.empty:
-        return pd.DataFrame(columns=cols)
-    order = np.argsort(x["ts_ns"].to_numpy(np.int64), kind="stable")
-    ts = x["ts_ns"].to_numpy(np.int64)[order]
-    ln = x["len"].to_numpy(np.int64)[order]
-    first = np.flatnonzero(np.concatenate([[True], np.diff(ts) > gap_ns]))
-    last = np.concatenate([first[1:] - 1, [len(ts) - 1]])
-    return pd.DataFrame({"start_ns": ts[first], "end_ns": ts[last],
-                         "bytes": np.add.reduceat(ln, first), "segments": last - first + 1})
+    return pd.DataFrame({c: np.concatenate([p[k] for p in parts]).astype(np.int64)
+                         for k, c in enumerate(cols)})
 
 
 def burst_gap_threshold(segs: pd.DataFrame, d: str = "t2i") -> int:
     """Gap that separates bursts: 5x the median spacing of data segments, at least 100 us
     (shorter pauses are the sender's own pacing, not waiting for the other end)."""
-    x = payload(segs, d, ("ts_ns",))["ts_ns"].to_numpy(np.int64)
-    if len(x) < 3:
-        return 1_000_000
-    med = float(np.median(np.diff(np.sort(x))))
-    return int(max(5 * med, 100_000))
+    med = median_spacing(segs, d)
+    return 1_000_000 if med is None else int(max(5 * med, 100_000))
+
+
+def _spacings(segs: pd.DataFrame, d: str) -> Iterator[np.ndarray]:
+    """The time between each payload segment of `d` and the next, in time order, by slice."""
+    last = None
+    for sl in payload_slices(segs, d, ("ts_ns",)):
+        ts = sl["ts_ns"].astype(np.int64, copy=False)
+        yield np.diff(ts, prepend=ts[:1] if last is None else [last])[last is None:]
+        last = int(ts[-1])
+
+
+def median_spacing(segs: pd.DataFrame, d: str) -> float | None:
+    """The exact median of the spacings (as np.median; None under two), in two passes of
+    bounded memory: counts per microsecond-wide bin, then per nanosecond in the one or two
+    bins holding the middle ranks (spacings of a second or more counted one by one)."""
+    top = 1 << 20
+    coarse = np.zeros(top + 1, np.int64)
+    for x in _spacings(segs, d):
+        coarse += np.bincount(np.minimum(x >> 10, top), minlength=top + 1)
+    n = int(coarse.sum())
+    if n < 2:
+        return None
+    ranks = sorted({(n - 1) // 2, n // 2})
+    below = np.cumsum(coarse) - coarse  # spacings in the bins before each bin
+    bins = {int(np.searchsorted(np.cumsum(coarse), r, side="right")) for r in ranks}
+    fine: dict[int, np.ndarray] = {b: np.zeros(1024, np.int64) for b in bins if b < top}
+    wide: list[np.ndarray] = []
+    for x in _spacings(segs, d):
+        key = np.minimum(x >> 10, top)
+        for b in bins:
+            if b < top:
+                fine[b] += np.bincount(x[key == b] & 1023, minlength=1024)
+            else:
+                wide.append(x[key == b])
+    big = np.sort(np.concatenate(wide)) if wide else np.zeros(0, np.int64)
+
+    def value(r: int) -> int:
+        b = int(np.searchsorted(np.cumsum(coarse), r, side="right"))
+        k = r - int(below[b])
+        if b >= top:
+            return int(big[k])
+        return (b << 10) + int(np.searchsorted(np.cumsum(fine[b]), k, side="right"))
+    return float(np.mean([value(r) for r in ((n - 1) // 2, n // 2)]))
+
+
+def payload_totals(segs: pd.DataFrame | None, d: str) -> pd.DataFrame:
+    """Per connection (as a group-by would order them), the payload segments of `d`: bytes,
+    segments, first_ns, last_ns, largest (bytes of the largest segment). One pass of slices."""
+    cols = ["bytes", "segments", "first_ns", "last_ns", "largest"]
+    if segs is None or segs.empty:
+        return pd.DataFrame(columns=cols)
+    conn = segs["conn"] if isinstance(segs["conn"].dtype, pd.CategoricalDtype) \
+        else segs["conn"].astype("category")  # categories sorted: a group-by's order
+    labels = list(conn.cat.categories)
+    k = len(labels)
+    nbytes, count, largest = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
+    first, last = np.full(k, -1, np.int64), np.full(k, -1, np.int64)
+    for sl in payload_slices(segs, d, ("ts_ns", "len"), extra={"_conn": conn.cat.codes.to_numpy()}):
+        c, ln, ts = sl["_conn"].astype(np.int64), sl["len"].astype(np.int64), sl["ts_ns"]
+        ok = c >= 0
+        c, ln, ts = c[ok], ln[ok], ts[ok]
+        nbytes += np.bincount(c, weights=ln, minlength=k).astype(np.int64)
+        count += np.bincount(c, minlength=k)
+        np.maximum.at(largest, c, ln)
+        here, at = np.unique(c, return_index=True)  # each connection's first in time order
+        new = first[here] < 0
+        first[here[new]] = ts[at[new]]
+        here, at = np.unique(c[::-1], return_index=True)
+        last[here] = ts[len(ts) - 1 - at]
+    keep = count > 0
+    return pd.DataFrame({"bytes": nbytes[keep], "segments": count[keep], "first_ns": first[keep],
+                         "last_ns": last[keep], "largest": largest[keep]},
+                        index=pd.Index([x for x, y in zip(labels, keep, strict=True) if y]))
 
 
 def gaps_from_bursts(bursts: pd.DataFrame, rate_bps: float | None = None) -> pd.DataFrame:
@@ -277,18 +363,17 @@ def throughput(segs: pd.DataFrame | None, d: str = "t2i", bins: int = 200,
                bin_ns: int | None = None) -> pd.DataFrame:
     """Payload bytes per time bin of one direction: t_ns (bin start), bytes, MBps (1e6 B/s)."""
     cols = ["t_ns", "bytes", "MBps"]
-    if segs is None or segs.empty:
+    t = payload_totals(segs, d)
+    if t.empty:
         return pd.DataFrame(columns=cols)
-    x = payload(segs, d)
-    if x.empty:
-        return pd.DataFrame(columns=cols)
-    ts = x["ts_ns"].to_numpy(np.int64)
-    t0, t1 = int(ts.min()), int(ts.max()) + 1
+    t0, t1 = int(t["first_ns"].min()), int(t["last_ns"].max()) + 1
     if bin_ns is None:
         bin_ns = max((t1 - t0) // bins, 100_000)
-    idx = (ts - t0) // bin_ns
-    n = int(idx.max()) + 1
-    by = np.bincount(idx, weights=x["len"].to_numpy(np.float64), minlength=n)
+    n = (t1 - 1 - t0) // bin_ns + 1
+    by = np.zeros(n)
+    for sl in payload_slices(segs, d):
+        idx = (sl["ts_ns"].astype(np.int64) - t0) // bin_ns
+        by += np.bincount(idx, weights=sl["len"].astype(np.float64), minlength=n)
     return pd.DataFrame({"t_ns": t0 + np.arange(n, dtype=np.int64) * bin_ns, "bytes": by,
                          "MBps": by / (bin_ns / 1e9) / 1e6})
 

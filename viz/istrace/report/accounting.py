@@ -390,10 +390,9 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
               pdu_spans: tuple[np.ndarray, np.ndarray] | None) -> None:
     """Time per cause of one connection from the sender's bursts and gaps."""
     d = acc.direction
-    x = data.payload(segs, d)
-    if x.empty:
-        return
     bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+    if bursts.empty:
+        return
     per = bursts["bytes"].to_numpy(np.float64) / np.maximum(bursts["segments"].to_numpy(), 1)
     ser = per / capacity_bps * 1e9 if capacity_bps else np.zeros(len(bursts))
     bs = bursts["start_ns"].to_numpy(np.int64)
@@ -405,7 +404,7 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
             start = min(start, int(iss.min()))
     end = int(be[-1])
     acc.span_ns += end - start
-    acc.bytes += int(x["len"].sum())
+    acc.bytes += int(bursts["bytes"].sum())
 
     loss = states[states["state"].astype(str).isin(LOSS_STATES)] if states is not None \
         and not states.empty else None
@@ -488,7 +487,7 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
     acc.add(ini_cause, float((gap_left - srv_t)[free].sum()))
 
     if pending.any():
-        mss = float(x["len"].max())
+        mss = float(data.payload_totals(segs, d)["largest"].max())
         pa, pb = ga[pending], gb[pending]
         why = _window_cause(samples, pa, mss)
         inside = _inside(pdu_spans, pa, pb)

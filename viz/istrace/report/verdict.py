@@ -238,22 +238,23 @@ def account(cap: Capture) -> accounting.Accounting | None:
             acc.unsure.append("commands timed at the initiator only and no round-trip time: "
                               "the target's service time cannot be told from the path's")
     cap_bps, _ = capacity(cap)
-    x = data.payload(segs, d, ("ts_ns", "len", "conn"))
-    phase = (int(x["ts_ns"].min()), int(x["ts_ns"].max())) if not x.empty else None
+    per_conn = data.payload_totals(segs, d)
+    phase = (int(per_conn["first_ns"].min()), int(per_conn["last_ns"].max())) \
+        if not per_conn.empty else None
     cpu = accounting.cpu_saturation(cap, phase)
     # The PDUs decoded where the segments were taken (the receiver's, without the sender's
     # pcap): their data phases, R2Ts and spans are all in that capture point's time.
-    seg_host = next((h for h, x in cap.segs.items() if x is segs), sender)
+    seg_host = next((h for h, s in cap.segs.items() if s is segs), sender)
     pdus = cap.pdus.get(seg_host)
     if cmds is not None:
         cmds = _data_on_wire(cmds, pdus, segs, seg_host, d)
-    totals = x.groupby("conn", observed=True)["len"].sum()
+    totals = per_conn["bytes"]
     link_busy = None
-    if cap_bps and len(x) > 1:
-        t0 = int(x["ts_ns"].min())
+    if cap_bps and per_conn["segments"].sum() > 1:
+        t0 = int(per_conn["first_ns"].min())
         if cmds is not None and "issue_ts_ns" in cmds.columns and cmds["issue_ts_ns"].notna().any():
             t0 = min(t0, int(cmds["issue_ts_ns"].min()))
-        span = int(x["ts_ns"].max()) - t0
+        span = int(per_conn["last_ns"].max()) - t0
         link_busy = float(totals.sum()) / cap_bps / (span / 1e9) if span > 0 else None
     present = segs["conn"].unique()
     for conn, nbytes in totals.items():
@@ -308,12 +309,12 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev.update({f"rtt_{k}": v for k, v in rtt_stats(cap, d).items()})
     ev["one_way_ms"] = one_way_ms(cap.meta)
     segs = sender_segs(cap, d)
-    nseg = int(((segs["dir"] == d) & (segs["len"] > 0)).sum()) if segs is not None else 0
+    per_conn = data.payload_totals(segs, d)
+    nseg = int(per_conn["segments"].sum())
     rtx = _retransmits(cap, d)
     ev["retransmits"] = rtx
     ev["loss_rate"] = rtx / nseg if nseg else None
-    x = data.payload(segs, d, ("ts_ns",)) if segs is not None else None
-    phase = (int(x["ts_ns"].min()), int(x["ts_ns"].max())) if x is not None and len(x) else None
+    phase = (int(per_conn["first_ns"].min()), int(per_conn["last_ns"].max())) if nseg else None
     ev["cpu_use"] = accounting.cpu_use(cap, phase)
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
     # the namespace testbed and the VM testbed: both ends share one kernel and its CPUs
