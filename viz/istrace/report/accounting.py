@@ -161,10 +161,10 @@ def cpu_saturation(cap: Any, window: tuple[int, int] | None = None) -> dict[str,
 
 def _asof_rows(ts: np.ndarray, values: np.ndarray, rows: np.ndarray,
                at: np.ndarray) -> np.ndarray:
-    """The value of a series sorted by `ts`, over its rows `rows` (sorted positions), at or
+    """The value of a series over its rows `rows` (positions whose times are in order), at or
     before each time in `at` (NaN before the first): the last of those rows, found without
-    copying them out (the tracker's samples are millions)."""
-    k = np.searchsorted(rows, _before(ts, at), side="right") - 1
+    copying their values out (the tracker's samples are millions)."""
+    k = _before(ts[rows], at)
     out = values[rows[np.maximum(k, 0)]].astype(np.float64) if len(rows) else \
         np.full(len(at), np.nan)
     out[k < 0] = np.nan
@@ -175,29 +175,33 @@ def _column(s: pd.DataFrame, name: str) -> np.ndarray:
     return s[name].to_numpy(np.float64, na_value=np.nan)
 
 
-# what the window causes read of the tracker's samples (millions of rows at full rate)
-SAMPLE_COLUMNS = ["ts_ns", "source", "host", "cwnd", "inflight_bytes", "rwnd"]
+def _by_time(samples: pd.DataFrame, rows: np.ndarray | None) -> tuple[pd.DataFrame, np.ndarray]:
+    """(samples, mask of the rows to read) where each source's rows to read are in time order:
+    the tracker's are (then no copy: `rows` picks one connection and direction out of all the
+    samples); others are sorted (a copy of those rows)."""
+    mine = np.ones(len(samples), bool) if rows is None else rows
+    ts = samples["ts_ns"].to_numpy(np.int64)
+    src = samples["source"]
+    if all((np.diff(ts[mine & is_(src, s).to_numpy()]) >= 0).all()
+           for s in ("exact", "estimated")):
+        return samples, mine
+    out = samples[mine].sort_values("ts_ns", kind="stable")
+    return out, np.ones(len(out), bool)
 
 
-def _by_time(samples: pd.DataFrame) -> pd.DataFrame:
-    """The samples in time order (the tracker's usually are: then no copy)."""
-    if samples["ts_ns"].is_monotonic_increasing:
-        return samples
-    return samples.sort_values("ts_ns", kind="stable")
-
-
-def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarray:
+def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float,
+                  rows: np.ndarray | None = None) -> np.ndarray:
     """For each time in `at`: which window held in-flight data back. Bytes in flight and the
     receive window from the pcap (every segment), the congestion window from probe events
     (change-only: a steady cwnd has few samples, so in-flight is not read from them)."""
     cause = np.full(len(at), "tcp_window", dtype=object)
     if samples is None or samples.empty:
         return cause
-    s = _by_time(samples)
+    s, mine = _by_time(samples, rows)
     src = s["source"]
     ts = s["ts_ns"].to_numpy(np.int64)
     inflight, rwnd = _column(s, "inflight_bytes"), _column(s, "rwnd")
-    has = ~np.isnan(inflight)
+    has = ~np.isnan(inflight) & mine
     est = np.flatnonzero(is_(src, "estimated").to_numpy() & has)
     if not len(est):
         est = np.flatnonzero(has)
@@ -208,7 +212,7 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarr
         with np.errstate(invalid="ignore"):
             cause[inf >= FULL * win] = "tcp_rwnd"
     cwnd = _column(s, "cwnd")
-    ex = np.flatnonzero(is_(src, "exact").to_numpy() & ~np.isnan(cwnd))
+    ex = np.flatnonzero(is_(src, "exact").to_numpy() & ~np.isnan(cwnd) & mine)
     if len(ex):
         cw = _asof_rows(ts, cwnd, ex, at) * mss
         todo = (cause == "tcp_window") & ~np.isnan(cw) & ~np.isnan(inf)
@@ -223,7 +227,7 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float) -> np.ndarr
 
 
 def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
-                   episodes: np.ndarray) -> np.ndarray:
+                   episodes: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """For each time in `at`: whether the sender's window is below CUT of the highest it
     reached on the connection. After a loss a window held below that is the loss's doing (a
     loss-free sender's window would have grown on); one at its ceiling is held there by
@@ -239,17 +243,17 @@ def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
     below = np.ones(len(at), bool)
     if samples is None or samples.empty or not len(at):
         return below
-    s = _by_time(samples)
+    s, mine = _by_time(samples, rows)
     src = s["source"]
     ts = s["ts_ns"].to_numpy(np.int64)
     cwnd = _column(s, "cwnd")
-    rows = np.flatnonzero(is_(src, "exact").to_numpy() & ~np.isnan(cwnd))
+    rows = np.flatnonzero(is_(src, "exact").to_numpy() & ~np.isnan(cwnd) & mine)
     if len(rows):
         level = cwnd
         top = float(level[rows].max())
     else:
         level = _column(s, "inflight_bytes")
-        est = is_(src, "estimated").to_numpy() & ~np.isnan(level)
+        est = is_(src, "estimated").to_numpy() & ~np.isnan(level) & mine
         if not est.any():
             return below
         if "host" in s.columns:
@@ -346,7 +350,7 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
                        cpu: dict[str, float], link_busy: float | None = None,
                        first_loss_ns: int | None = None,
                        pdu_spans: tuple[np.ndarray, np.ndarray] | None = None,
-                       conn: str | None = None) -> None:
+                       conn: str | None = None, sample_rows: np.ndarray | None = None) -> None:
     """Add one connection's data phase (segments of direction acc.direction, as seen at the
     sender) to `acc`, and with `conn` keep its own share in acc.per_connection.
 
@@ -357,7 +361,7 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
     the sender's gaps and bursts gave them."""
     one = Accounting(direction=acc.direction, sender=acc.sender)
     _classify(one, segs, cmds, r2t_ts, samples, states, sock, capacity_bps, cpu, first_loss_ns,
-              pdu_spans)
+              pdu_spans, sample_rows)
     acc.span_ns += one.span_ns
     acc.bytes += one.bytes
     acc.unsure += one.unsure
@@ -387,7 +391,8 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
               r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
               sock: pd.DataFrame | None, capacity_bps: float | None,
               cpu: dict[str, float], first_loss_ns: int | None,
-              pdu_spans: tuple[np.ndarray, np.ndarray] | None) -> None:
+              pdu_spans: tuple[np.ndarray, np.ndarray] | None,
+              sample_rows: np.ndarray | None) -> None:
     """Time per cause of one connection from the sender's bursts and gaps."""
     d = acc.direction
     bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
@@ -489,7 +494,7 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
     if pending.any():
         mss = float(data.payload_totals(segs, d)["largest"].max())
         pa, pb = ga[pending], gb[pending]
-        why = _window_cause(samples, pa, mss)
+        why = _window_cause(samples, pa, mss, sample_rows)
         inside = _inside(pdu_spans, pa, pb)
         # Inside one PDU the sender had written all of it (tgtd, istrace-gen and the kernel
         # initiator hand a whole PDU to the socket): with neither window full the socket
@@ -509,7 +514,7 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
             # cut), not slow start's; one at its ceiling (never cut: the loss undone, a
             # clamp) is the window's own.
             after = (ga[pending] >= first_loss_ns) & _below_ceiling(
-                samples, pa, acc.sender, _episode_starts(states, first_loss_ns))
+                samples, pa, acc.sender, _episode_starts(states, first_loss_ns), sample_rows)
             why[after & np.isin(why, ["tcp_cwnd", "tcp_window"])] = "tcp_loss_recovery"
         for cause in np.unique(why):
             acc.add(str(cause), float(gap_left[pending][why == cause].sum()))

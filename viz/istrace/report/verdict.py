@@ -124,10 +124,11 @@ def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
     r = pd.Series(dtype=float)
     if cap.track is not None and not cap.track.samples.empty:
         s = cap.track.samples
-        s = s[is_(s["dir"], d) & is_(s["host"], sender)]
-        r = s["rtt_us"].dropna()
+        mine = (is_(s["dir"], d) & is_(s["host"], sender)).to_numpy()
+        # the one column read, not every column of millions of rows
+        r = s["rtt_us"][mine].dropna()
         if len(r) < 10:
-            r = s["srtt_us"].dropna()
+            r = s["srtt_us"][mine].dropna()
     if len(r) >= 10:
         p5, lo, mid = (float(r.quantile(0.05)) / 1e3, float(r.min()) / 1e3,
                        float(r.median()) / 1e3)
@@ -268,18 +269,14 @@ def account(cap: Capture) -> accounting.Accounting | None:
             p = pdus[(pdus["opcode_name"] == "R2T") & (pdus["conn"].astype(str) == str(conn))]
             r2t = np.sort(p["ts_ns"].dropna().to_numpy(np.int64))
         samples = cap.track.samples if cap.track is not None else pd.DataFrame()
-        if not samples.empty:  # the rows and columns the accounting reads, not a copy of all
-            rows = np.flatnonzero(
-                (is_(samples["dir"], d) & is_(samples["conn"], str(conn))).to_numpy())
-            ts = samples["ts_ns"].to_numpy(np.int64)[rows]
-            if not (ts[1:] >= ts[:-1]).all():  # taken in time order: one copy, not two
-                rows = rows[np.argsort(ts, kind="stable")]
-            samples = samples[[k for k in accounting.SAMPLE_COLUMNS
-                               if k in samples.columns]].iloc[rows]
+        rows = None
+        if not samples.empty:  # the connection's rows picked out by a mask, not copied out
+            rows = (is_(samples["dir"], d) & is_(samples["conn"], str(conn))).to_numpy()
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
-                                      _pdu_spans(pdus, c, seg_host, d), conn=str(conn))
+                                      _pdu_spans(pdus, c, seg_host, d), conn=str(conn),
+                                      sample_rows=rows)
     return acc
 
 
@@ -322,7 +319,8 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev["rwnd_median"] = ev["cwnd_median"] = ev["rwnd_max"] = ev["sndbuf_max"] = None
     ev["rcvbuf_max"] = None
     if cap.track is not None and not cap.track.samples.empty:
-        s = cap.track.samples[is_(cap.track.samples["dir"], d)]
+        s = cap.track.samples[["dir", "source", "rwnd", "cwnd"]]  # no copy until selected
+        s = s[is_(s["dir"], d)]
         if s["rwnd"].notna().any():
             ev["rwnd_median"] = float(s["rwnd"].median())
             ev["rwnd_max"] = float(s["rwnd"].max())
