@@ -216,12 +216,10 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
     dst_c, dst_l = _codes(out["dst"])
     sp, dp = out["sport"].to_numpy(np.int64), out["dport"].to_numpy(np.int64)
     packed = ((src_c * len(dst_l) + dst_c) << 32) | (sp << 16) | dp
-    _, first, codes = np.unique(packed, return_index=True, return_inverse=True)
-    # numbered in order of first appearance (as a group-by in file order would)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    first, codes = first[order], rank[codes.reshape(-1)]
+    # numbered in order of first appearance (as a group-by in file order would): a hash
+    # table's codes, so the running highest code steps up where each first appears
+    codes, _ = pd.factorize(packed)
+    first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
     src = [str(src_l[i]) for i in src_c[first]]
     dst = [str(dst_l[i]) for i in dst_c[first]]
     sport, dport = sp[first].tolist(), dp[first].tolist()

@@ -13,6 +13,7 @@ import pandas as pd
 from istrace.capture.load import Capture
 from istrace.capture.meta import one_way_ms
 from istrace.plot import data
+from istrace.track.tracker import label_codes
 
 KINDS = ["ladder", "tcpseq", "cwnd", "timeline", "throughput", "resptime", "outstanding"]
 
@@ -20,9 +21,13 @@ KINDS = ["ladder", "tcpseq", "cwnd", "timeline", "throughput", "resptime", "outs
 def data_dir(cap: Capture) -> str:
     """The direction that carried most payload (t2i for reads, i2t for writes)."""
     for segs in cap.segs.values():
-        by = segs.groupby("dir")["len"].sum()
-        if not by.empty:
-            return str(by.idxmax())
+        if segs.empty:
+            continue
+        codes, labels = label_codes(segs["dir"])  # a sum per label, no group-by's copies
+        ok = codes >= 0
+        by = np.bincount(codes[ok], weights=segs["len"].to_numpy()[ok], minlength=len(labels))
+        if len(by):
+            return str(labels[int(np.argmax(by))])
     return "t2i"
 
 

@@ -319,14 +319,15 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev["rwnd_median"] = ev["cwnd_median"] = ev["rwnd_max"] = ev["sndbuf_max"] = None
     ev["rcvbuf_max"] = None
     if cap.track is not None and not cap.track.samples.empty:
-        s = cap.track.samples[["dir", "source", "rwnd", "cwnd"]]  # no copy until selected
-        s = s[is_(s["dir"], d)]
-        if s["rwnd"].notna().any():
-            ev["rwnd_median"] = float(s["rwnd"].median())
-            ev["rwnd_max"] = float(s["rwnd"].max())
-        ex = s[is_(s["source"], "exact")]
-        if ex["cwnd"].notna().any():
-            ev["cwnd_median"] = float(ex["cwnd"].median())
+        s = cap.track.samples
+        mine = is_(s["dir"], d).to_numpy()  # the two columns read, not rows of every column
+        rwnd = s["rwnd"][mine].dropna()
+        if len(rwnd):
+            ev["rwnd_median"] = float(rwnd.median())
+            ev["rwnd_max"] = float(rwnd.max())
+        cwnd = s["cwnd"][mine & is_(s["source"], "exact").to_numpy()].dropna()
+        if len(cwnd):
+            ev["cwnd_median"] = float(cwnd.median())
     sock = getattr(cap, "sockstats", None)
     if isinstance(sock, pd.DataFrame) and "sndbuf_bytes" in sock.columns:
         sb = sock[sock["host"].astype(str) == acc.sender]["sndbuf_bytes"].dropna()
