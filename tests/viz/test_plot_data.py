@@ -345,3 +345,23 @@ def testmedian_spacing_is_exact(n):
     assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(ts)))
     segs["ts_ns"] = 10**12 + np.cumsum(rng.integers(2**30, 2**33, n))  # the median >= 1 s
     assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(segs["ts_ns"])))
+
+
+def test_seq_graph_draws_one_connection():
+    """Two sessions' segments interleaved: each has its own sequence numbers, so the graph
+    is of one connection (the busiest), not both numbered from one's first byte."""
+    rows = []
+    for conn_port, isn, n in ((40000, 7, 300), (40001, 3_000_000_000, 100)):
+        for k in range(n):
+            rows.append({"frame": 0, "ts_ns": 10**9 + k * 2_000 + (conn_port - 40000) * 1_000,
+                         "src": "10.0.0.2", "sport": 3260, "dst": "10.0.0.1",
+                         "dport": conn_port, "seq": isn + k * 1000, "ack": 1, "flags": 0x18,
+                         "win": 500, "len": 1000, "wscale": -1, "mss": -1, "tsval": -1,
+                         "tsecr": -1, "sack": 0})
+    segs = conn_and_dir(pd.DataFrame(rows).sort_values("ts_ns").reset_index(drop=True))
+    assert data.busiest_conn(segs, "t2i") == "10.0.0.1:40000-10.0.0.2:3260"
+    g = data.seq_graph(segs, "t2i")["segments"]
+    assert len(g) == 300 and not g["rtx"].any()
+    assert g["start"].tolist() == [k * 1000 for k in range(300)]
+    other = data.seq_graph(segs, "t2i", conn="10.0.0.1:40001-10.0.0.2:3260")["segments"]
+    assert other["start"].tolist() == [k * 1000 for k in range(100)]

@@ -547,17 +547,30 @@ def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> d
 # ------------------------------------------------------------------------------ tcp seq graph
 
 
-def seq_graph(segs: pd.DataFrame | None, d: str = "t2i",
-              max_points: int = 20000) -> dict[str, pd.DataFrame]:
-    """tcptrace-style data: segments (t_ns, start, end, rtx), acks (t_ns, ack, win_edge).
+def busiest_conn(segs: pd.DataFrame | None, d: str) -> str | None:
+    """The connection that carried the most payload in direction `d` (None: none did)."""
+    t = payload_totals(segs, d)
+    return None if t.empty else str(t["bytes"].idxmax())
 
-    Sequence numbers are relative to the first data byte. Past `max_points` segments, data
-    are thinned to per-time-bin extremes so a plot stays fast; retransmissions are kept all.
+
+def seq_graph(segs: pd.DataFrame | None, d: str = "t2i",
+              max_points: int = 20000, conn: str | None = None) -> dict[str, pd.DataFrame]:
+    """tcptrace-style data of one connection (`conn`, else the busiest in `d`): segments
+    (t_ns, start, end, rtx), acks (t_ns, ack, win_edge).
+
+    Sequence numbers are relative to the first data byte (each connection has its own: two
+    in one graph would mix their numbering). Past `max_points` segments, data are thinned to
+    per-time-bin extremes so a plot stays fast; retransmissions are kept all.
     """
     empty = {"segments": pd.DataFrame(columns=["t_ns", "start", "end", "rtx"]),
              "acks": pd.DataFrame(columns=["t_ns", "ack", "win_edge"])}
     if segs is None or segs.empty:
         return empty
+    conn = conn if conn is not None else busiest_conn(segs, d)
+    if conn is None:
+        return empty
+    if segs["conn"].nunique() > 1:
+        segs = segs[(segs["conn"] == conn).to_numpy()]
     x = payload(segs, d, ("ts_ns", "seq", "len"))
     if x.empty:
         return empty

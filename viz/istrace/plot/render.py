@@ -100,8 +100,11 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
                       if segs is not None else None)
             fig = plots.ladder(rows, window, bursts, 1.0 if d == "t2i" else 0.0)
         elif kind == "tcpseq":
-            fig = plots.tcpseq(data.seq_graph(segs, d),
-                               title=f"TCP sequence / time, {d} (tcptrace style)")
+            conn = data.busiest_conn(segs, d)
+            several = segs is not None and segs["conn"].nunique() > 1
+            fig = plots.tcpseq(data.seq_graph(segs, d, conn=conn),
+                               title=f"TCP sequence / time, {d} (tcptrace style)"
+                               + (f", {conn} (the busiest connection)" if several else ""))
         elif kind == "cwnd":
             if tr is None:
                 fig = plots.empty_figure("cwnd", "tracker not run")
