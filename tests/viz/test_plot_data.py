@@ -334,7 +334,7 @@ def test_bursts_spacing_and_totals_read_in_slices_match_the_whole_table():
 
 
 @pytest.mark.parametrize("n", [140_001, 140_002])
-def testmedian_spacing_is_exact(n):
+def test_median_spacing_is_exact(n):
     """The median spacing is taken in two passes of bounded memory: it must be np.median's,
     for odd and even counts, spacings from nanoseconds to seconds, across the slices' cuts."""
     rng = np.random.default_rng(n)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from istrace.capture.decoded import TCP_SYN
+from istrace.capture.labels import codes_of
 from istrace.capture.slices import SLICE_ROWS, clean_cuts
 from istrace.capture.tcpseq import unwrap
 from istrace.track import estimate
@@ -296,9 +297,8 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
     rev = "t2i" if d == "i2t" else "i2t"
     col = {k: c[k].to_numpy() for k in ("ts_ns", "seq", "ack", "flags", "win", "len", "sack")
            if k in c.columns}
-    codes, labels = label_codes(c["dir"])
-    snd = codes == _code(labels, d)
-    from_rev = codes == _code(labels, rev)
+    codes, (d_code, rev_code) = codes_of(c["dir"], d, rev)
+    snd, from_rev = codes == d_code, codes == rev_code
     cuts = clean_cuts(col["ts_ns"], slice_rows)
     plan = estimate.plan(col, snd, from_rev, cuts)
     if plan is None:
@@ -323,11 +323,6 @@ def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
         ev["conn"], ev["dir"], ev["host"], ev["source"] = conn, d, host, "estimated"
         res.events = ev.sort_values("ts_ns", kind="stable")[EVENT_COLUMNS].reset_index(drop=True)
     return res
-
-
-def _code(labels: np.ndarray, name: str) -> int:
-    hit = np.flatnonzero(labels == name)
-    return int(hit[0]) if len(hit) else -2  # -2: no row has it (-1 is a missing label)
 
 
 def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str, base: int) -> object:

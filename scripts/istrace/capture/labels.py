@@ -4,6 +4,7 @@ millions of strings (seconds a full-rate capture); a categorical compares its co
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 
@@ -13,3 +14,15 @@ def is_(col: pd.Series, value: str) -> pd.Series:
     if out.dtype != bool:
         out = out.fillna(False).astype(bool)
     return out
+
+
+def codes_of(col: pd.Series, *values: str) -> tuple[np.ndarray, list[int]]:
+    """(the column's integer codes, the code of each of `values`: -2 when no row has it; -1 is
+    a missing label): masks over slices of millions of rows compare integers."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, labels = col.cat.codes.to_numpy(), np.asarray(col.cat.categories, dtype=object)
+    else:
+        codes, labels = pd.factorize(col.to_numpy(dtype=object), use_na_sentinel=True)
+        labels = np.asarray(labels, dtype=object)
+    found = [np.flatnonzero(labels == v) for v in values]
+    return codes, [int(f[0]) if len(f) else -2 for f in found]

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
+from istrace.capture.labels import codes_of
 
 # 65 536 rows: a slice's arrays stay in the CPU's caches (the tracker takes 1.1 s over a 10 s
 # full-rate capture this way, 1.8-2.2 s in slices of a million rows).
@@ -44,17 +45,6 @@ def clean_cuts(ts: np.ndarray, rows: int = SLICE_ROWS) -> list[int]:
     return cuts + [n]
 
 
-def _code(series: pd.Series, name: str) -> tuple[np.ndarray, int]:
-    """(integer codes of a label column, the code of `name`; -2 when no row has it)."""
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        codes, labels = series.cat.codes.to_numpy(), np.asarray(series.cat.categories, object)
-    else:
-        codes, labels = pd.factorize(series.to_numpy(dtype=object), use_na_sentinel=True)
-        labels = np.asarray(labels, dtype=object)
-    hit = np.flatnonzero(labels == name)
-    return codes, int(hit[0]) if len(hit) else -2
-
-
 def payload_slices(segs: pd.DataFrame, d: str, columns: tuple[str, ...] = ("ts_ns", "len"),
                    conn: str | None = None, rows: int = SLICE_ROWS,
                    extra: dict[str, np.ndarray] | None = None
@@ -67,8 +57,8 @@ def payload_slices(segs: pd.DataFrame, d: str, columns: tuple[str, ...] = ("ts_n
         return
     ts = segs["ts_ns"].to_numpy()
     length = segs["len"].to_numpy()
-    dir_codes, dc = _code(segs["dir"], d)
-    conn_codes, cc = _code(segs["conn"], conn) if conn is not None else (None, 0)
+    dir_codes, (dc,) = codes_of(segs["dir"], d)
+    conn_codes, (cc,) = codes_of(segs["conn"], conn) if conn is not None else (None, (0,))
     cols = {c: segs[c].to_numpy() for c in columns} | (extra or {})
     cuts = clean_cuts(ts, rows)
     for a, b in zip(cuts[:-1], cuts[1:], strict=True):

@@ -6,8 +6,9 @@ Times stay integer nanoseconds; plots convert to ms relative to a t0 they choose
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -730,29 +731,21 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
              & pdus["tcp_seq"].notna()]
     if p.empty:
         return pd.DataFrame(columns=SPAN_COLUMNS)
-    conn_code, conn_label = label_codes(segs["conn"])
-    dir_code, dir_label = label_codes(segs["dir"])
-    col = {"ts_ns": segs["ts_ns"].to_numpy(), "seq": segs["seq"].to_numpy(),
-           "len": segs["len"].to_numpy()}
     frames = []
     for conn, pc in p.groupby("conn"):
-        c_hit, d_hit = np.flatnonzero(conn_label == conn), np.flatnonzero(dir_label == d)
-        if not (len(c_hit) and len(d_hit)):
+        slices = payload_slices(segs, d, ("ts_ns", "seq", "len"), conn=str(conn),
+                                rows=slice_rows)
+        first = next(slices, None)
+        if first is None:
             continue
-
-        def mine(a: int, b: int, cc: int = int(c_hit[0]), dc: int = int(d_hit[0])) -> np.ndarray:
-            return (conn_code[a:b] == cc) & (dir_code[a:b] == dc) & (col["len"][a:b] > 0)
-        cuts = list(range(0, len(segs), slice_rows)) + [len(segs)]
-        base = _first_payload_seq(col["seq"], mine, cuts)
-        if base is None:
-            continue
+        base = int(first["seq"][0])
         a = tcpseq.unwrap(pc["tcp_seq"].to_numpy(np.int64), base)
         ln = 48 + pc.get("ahs_len", pd.Series(0, pc.index)).fillna(0).to_numpy(np.int64) + \
             pc["dsl"].fillna(0).to_numpy(np.int64)
         rng = pd.DataFrame({"cmd": pc[key].to_numpy(), "a": a, "b": a + ln}).groupby("cmd")
         lo, hi = rng["a"].min(), rng["b"].max()
-        starts, ends = _first_last(lo.to_numpy(np.int64), hi.to_numpy(np.int64), col, mine,
-                                   cuts, tcpseq.Unwrapper(base))
+        starts, ends = _first_last(lo.to_numpy(np.int64), hi.to_numpy(np.int64),
+                                   itertools.chain([first], slices), tcpseq.Unwrapper(base))
         ok = starts <= ends
         cmds = list(lo.index[ok])
         frames.append(pd.DataFrame({"row": row, "host": host, "layer": "net" if host == "wire"
@@ -765,20 +758,10 @@ def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str
     return pd.concat(frames, ignore_index=True)[SPAN_COLUMNS]
 
 
-def _first_payload_seq(seq: np.ndarray, mine: Callable[[int, int], np.ndarray],
-                       cuts: list[int]) -> int | None:
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-        hit = np.flatnonzero(mine(a, b))
-        if len(hit):
-            return int(seq[a + hit[0]])
-    return None
-
-
-def _first_last(lo: np.ndarray, hi: np.ndarray, col: dict[str, np.ndarray],
-                mine: Callable[[int, int], np.ndarray], cuts: list[int],
+def _first_last(lo: np.ndarray, hi: np.ndarray, slices: Iterator[dict[str, np.ndarray]],
                 unwrap: tcpseq.Unwrapper) -> tuple[np.ndarray, np.ndarray]:
     """The first and last time of the segments carrying each range [lo, hi) of the stream
-    (int64 max / min where none did), a slice of the table at a time: in a slice sorted by
+    (int64 max / min where none did), a slice of the segments at a time: in a slice sorted by
     sequence, the segments from the first reaching past `lo` to the last starting before
     `hi`, their first and last times by reduceat over the (i, j) pairs laid side by side."""
     first = np.full(len(lo), np.iinfo(np.int64).max)
@@ -786,13 +769,10 @@ def _first_last(lo: np.ndarray, hi: np.ndarray, col: dict[str, np.ndarray],
     by_lo = np.argsort(lo, kind="stable")
     lo_sorted = lo[by_lo]
     longest = int((hi - lo).max()) if len(lo) else 0
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-        m = mine(a, b)
-        if not m.any():
-            continue
-        s0 = unwrap(col["seq"][a:b][m])
-        ts = col["ts_ns"][a:b][m].astype(np.int64, copy=False)
-        end = s0 + col["len"][a:b][m]
+    for sl in slices:
+        s0 = unwrap(sl["seq"])
+        ts = sl["ts_ns"].astype(np.int64, copy=False)
+        end = s0 + sl["len"]
         if not (s0[1:] >= s0[:-1]).all():  # out of sequence order (retransmissions)
             o = np.argsort(s0, kind="stable")
             s0, ts, end = s0[o], ts[o], end[o]
