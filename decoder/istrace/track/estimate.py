@@ -26,6 +26,19 @@ _I64_MIN, _I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 Columns = dict[str, np.ndarray]
 
 
+def rate_window(span_ns: int) -> int:
+    """The delivery rate's trailing window: a fiftieth of the series' span, 1 ms..1 s."""
+    return int(min(max(span_ns // 50, 1_000_000), 1_000_000_000))
+
+
+def trailing_rate(ts: np.ndarray, cum_bytes: np.ndarray, window_ns: int) -> np.ndarray:
+    """Bytes per second over the trailing window ending at each row (ts sorted), over at
+    least a quarter of the window (one early row is not a rate)."""
+    start = np.searchsorted(ts, ts - window_ns, side="left")
+    dt = np.maximum(ts - ts[start], window_ns // 4 or 1)
+    return (cum_bytes - cum_bytes[start]) * 1e9 / dt
+
+
 @dataclass
 class Plan:
     """What the whole direction decides before its first slice is tracked."""
@@ -58,8 +71,8 @@ def plan(cols: Columns, snd: np.ndarray, rev: np.ndarray, cuts: list[int]) -> Pl
             lo, hi = min(lo, int(ts[stream].min())), max(hi, int(ts[stream].max()))
     if first_data is None:
         return None
-    window = int(min(max((hi - lo) // 50, 1_000_000), 1_000_000_000))
-    return Plan(first_data if base is None else base, sent * 100 < back, window, rows)
+    return Plan(first_data if base is None else base, sent * 100 < back,
+                rate_window(hi - lo), rows)
 
 
 def _cummax(values: np.ndarray, start: int) -> np.ndarray:
@@ -376,9 +389,7 @@ class Direction:
             return np.full(len(ts), np.nan)
         all_ts = np.concatenate([c.hist_ts, ts])
         all_cum = np.concatenate([c.hist_cum, cum])
-        start = np.searchsorted(all_ts, all_ts - w, side="left")
-        dt = np.maximum(all_ts - all_ts[start], w // 4 or 1)
-        rate = ((all_cum - all_cum[start]) * 1e9 / dt)[len(c.hist_ts):]
+        rate = trailing_rate(all_ts, all_cum, w)[len(c.hist_ts):]
         if len(all_ts):
             keep = int(np.searchsorted(all_ts, all_ts[-1] - w, side="left"))
             c.hist_ts, c.hist_cum = all_ts[keep:].copy(), all_cum[keep:].copy()

@@ -220,16 +220,12 @@ def _probe_delivery_rate(ts: np.ndarray, ack: np.ndarray, key: np.ndarray) -> np
     return out
 
 
-def _rate(ts: np.ndarray, cum_bytes: np.ndarray, window_ns: int | None = None) -> np.ndarray:
-    """Bytes per second over the trailing window ending at each sample (bits not bytes: no)."""
+def _rate(ts: np.ndarray, cum_bytes: np.ndarray) -> np.ndarray:
+    """Bytes per second over the trailing window ending at each sample (the pcap estimates'
+    rule, istrace.track.estimate)."""
     if len(ts) < 2:
         return np.full(len(ts), np.nan)
-    if window_ns is None:
-        span = int(ts[-1] - ts[0])
-        window_ns = int(min(max(span // 50, 1_000_000), 1_000_000_000))
-    start = np.searchsorted(ts, ts - window_ns, side="left")
-    dt = np.maximum(ts - ts[start], window_ns // 4 or 1)
-    return (cum_bytes - cum_bytes[start]) * 1e9 / dt
+    return estimate.trailing_rate(ts, cum_bytes, estimate.rate_window(int(ts[-1] - ts[0])))
 
 
 # --------------------------------------------------------------------------------------------
