@@ -127,8 +127,9 @@ void decoder_packet(struct decoder *d, int64_t ts, uint32_t caplen, uint32_t wir
 		    const uint8_t *pkt);
 void decoder_end(struct decoder *d);
 int64_t decoder_time(int64_t sec, int64_t ns);
-/* mapped.c: a classic pcap file image in memory; -2 when it is not one. */
-int decode_classic_image(const uint8_t *m, size_t size, const struct decode_opts *o,
+/* mapped.c: a classic pcap file image in memory; -2 when it is not one. drop: m is a file
+ * mapping whose pages may be given back to the kernel once passed. */
+int decode_classic_image(const uint8_t *m, size_t size, int drop, const struct decode_opts *o,
 			 const struct decode_sinks *s, struct decode_stats *st);
 
 /* pdu_stream.c */

@@ -193,7 +193,7 @@ pcap_t *istrace_open_capture(const char *path, char *err, size_t errlen)
 int istrace_decode_buffer(const uint8_t *buf, size_t len, const struct decode_opts *o,
 			  const struct decode_sinks *sk, struct decode_stats *stats)
 {
-	int rc = decode_classic_image(buf, len, o, sk, stats);
+	int rc = decode_classic_image(buf, len, 0, o, sk, stats);
 	if (rc != -2)
 		return rc;
 	char err[512];

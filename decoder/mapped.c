@@ -15,6 +15,8 @@
 #include "core.h"
 
 #define MAX_RECORD (16u * 1024 * 1024) /* larger records mean a corrupt file */
+/* Pages read this far behind are handed back (see below); a multiple of any page size. */
+#define DROP_CHUNK ((size_t)64 * 1024 * 1024)
 
 static uint32_t rd32(const uint8_t *p, int swap)
 {
@@ -23,8 +25,9 @@ static uint32_t rd32(const uint8_t *p, int swap)
 	return swap ? __builtin_bswap32(v) : v;
 }
 
-/* Decode a classic pcap file image. Returns -2 when it is not one. */
-int decode_classic_image(const uint8_t *m, size_t size, const struct decode_opts *o,
+/* Decode a classic pcap file image. Returns -2 when it is not one. `drop`: m is a page-aligned
+ * file mapping whose pages may be given back as they are passed. */
+int decode_classic_image(const uint8_t *m, size_t size, int drop, const struct decode_opts *o,
 			 const struct decode_sinks *s, struct decode_stats *st)
 {
 	if (size < 24)
@@ -44,8 +47,16 @@ int decode_classic_image(const uint8_t *m, size_t size, const struct decode_opts
 	struct decoder *d = decoder_begin(o, s, st, dlt);
 	if (!d)
 		return -1;
-	size_t off = 24;
+	size_t off = 24, dropped = 0;
 	while (off < size) {
+		/* The mapping's pages stay in the process's RSS once read: a 60 s capture's pcap
+		 * would count as gigabytes of it. Dropping those far behind keeps the decoder's RSS
+		 * to a chunk; a private read-only file mapping refaults any of them from the page
+		 * cache, so a pointer still held into them stays valid. */
+		if (drop && off - dropped >= 2 * DROP_CHUNK) {
+			madvise((void *)(m + dropped), DROP_CHUNK, MADV_DONTNEED);
+			dropped += DROP_CHUNK;
+		}
 		if (size - off < 16) {
 			st->read_error = 1;
 			snprintf(st->read_error_text, sizeof st->read_error_text,
@@ -98,7 +109,7 @@ int istrace_decode_mapped(const char *path, const struct decode_opts *o,
 	if (m == MAP_FAILED)
 		return -2;
 	madvise((void *)m, size, MADV_SEQUENTIAL);
-	int rc = decode_classic_image(m, size, o, s, st);
+	int rc = decode_classic_image(m, size, 1, o, s, st);
 	munmap((void *)m, size);
 	return rc;
 }
