@@ -7,7 +7,6 @@ import base64
 import html
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,31 +89,33 @@ def report(d: Path, out: Path | None = None,
     step(f"loading {d} (decoding as needed)")
     cap = load_capture(d, ports=ports)
     spans = timeline_spans(cap)  # the timeline plot's and the Perfetto trace's
-    # The plots that need no tracker start now, in a second process beside the tracking
-    # (matplotlib's rendering is a third of a report), the others once it is done.
+    # The plots that need no tracker and the Perfetto trace start now, in a second process
+    # beside the tracking (matplotlib's rendering is a third of a report and the trace a
+    # tenth; neither reads the tracker), the other plots once it is done.
     late = needs_track(cap)
 
-    def plots(kinds: list[str]) -> Callable[[], dict[str, list[Path]]]:
-        return forked.start(lambda: make_plots(cap, d / layout.PLOTS, kinds,
-                                               formats=("png",), spans=spans))
-    step("plotting (in a second process, beside the next steps)")
-    plotted = [plots([k for k in KINDS if k not in late])]
+    def early() -> tuple[dict[str, list[Path]], int]:
+        made = make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k not in late],
+                          formats=("png",), spans=spans)
+        return made, perfetto.write_trace(d / layout.TRACE_JSON, spans,
+                                          perfetto.merged_instants(cap))
+    step("plotting and writing the Perfetto trace (in a second process, beside the next "
+         "steps)")
+    first = forked.start(early)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     cap.track = track_capture(cap)
     if cap.track is not None and not cap.track.samples.empty:
         write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
                            d / layout.TRACK)
-    plotted.append(plots([k for k in KINDS if k in late]))
+    second = forked.start(lambda: make_plots(cap, d / layout.PLOTS,
+                                             [k for k in KINDS if k in late],
+                                             formats=("png",), spans=spans))
     step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
-    step("writing the Perfetto trace")
-    inst = perfetto.merged_instants(cap)
-    n = perfetto.write_trace(d / layout.TRACE_JSON, spans, inst)
-    step("waiting for the plots")
-    done: dict[str, list[Path]] = {}
-    for wait in plotted:
-        done.update(wait())
+    step("waiting for the plots and the trace")
+    done, n = first()
+    done.update(second())
     made = {k: done[k] for k in KINDS if k in done}
     step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
