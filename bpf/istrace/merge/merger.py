@@ -51,6 +51,7 @@ from istrace.capture.decoded import DecodeError, decode_to_dir, read_table, segm
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, events_file, read_events_table
 from istrace.capture.meta import read_meta, target_ports
 from istrace.merge import segment_pass
+from istrace.system import forked
 from istrace.system.paths import MissingBinary
 
 # The events' columns (docs/schema.md §1), then the merger's (§6), then the events' extras.
@@ -109,11 +110,17 @@ def load_decoded(d: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
 
 def estimate_offset(seg_i: pd.DataFrame, seg_t: pd.DataFrame) -> ClockEstimate:
     """Clock offset (target - initiator) from segments captured at both ends."""
+    return offset_of_first_copies(segment_pass.first_copies(seg_i),
+                                  segment_pass.first_copies(seg_t))
+
+
+def offset_of_first_copies(first_i: pd.DataFrame, first_t: pd.DataFrame) -> ClockEstimate:
+    """estimate_offset from each end's segment_pass.first_copies (each host's made apart:
+    the merger makes them in a process a host)."""
     key = segment_pass.KEY
-    if seg_i.empty or seg_t.empty:
+    if first_i.empty or first_t.empty:
         return ClockEstimate(None, None, 0, 0, 0, None, None, "none",
                              "a capture is missing or empty: no common segments")
-    first_i, first_t = _first_copies(seg_i, key), _first_copies(seg_t, key)
     _, at_i, at_t = np.intersect1d(first_i["_h"].to_numpy(), first_t["_h"].to_numpy(),
                                    assume_unique=True, return_indices=True)
     m = pd.concat([first_i.iloc[at_i].reset_index(drop=True).add_suffix("_i"),
@@ -152,17 +159,6 @@ def _same_labels(a: pd.Series, b: pd.Series) -> np.ndarray:
         other = b.cat.set_categories(a.cat.categories).cat.codes.to_numpy()
         return (codes == other) & (codes >= 0)
     return (a.astype(str) == b.astype(str)).to_numpy()
-
-
-def _first_copies(seg: pd.DataFrame, key: list[str]) -> pd.DataFrame:
-    """The first copy of each segment (by `key`) in time order, with `_h`, a hash of its key:
-    one integer column to match on instead of seven (millions of segments a capture)."""
-    s = seg[key + ["ts_ns"]]
-    s = s.iloc[np.argsort(s["ts_ns"].to_numpy(np.int64), kind="stable")]
-    h = segment_pass.key_hash(s)
-    _, first = np.unique(h, return_index=True)  # each hash's first row, in time order
-    first.sort()
-    return s.iloc[first].assign(_h=h[first])
 
 
 # ----------------------------------------------------------------------------- rows
@@ -371,16 +367,19 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         except (DecodeError, MissingBinary, OSError) as exc:
             notes.append(f"TCP segments of {p.name} not available: {exc}")
     k = segment_pass.buckets(*seg_bins.values())
-    sample: dict[str, pd.DataFrame] = {}
-    for h in HOSTS:
-        say(f"merge: the clock's segments of {h}" + (f" (1 key in {k})" if k > 1 else ""))
-        sample[h] = segment_pass.clock_sample(seg_bins[h], ports, k) if h in seg_bins \
-            else pd.DataFrame(columns=segment_pass.KEY + ["ts_ns"])
+    # Each host's walk over its segments in a process of its own: both at once on a second
+    # CPU (forked.start), the merger's longest steps.
+    say("merge: the clock's segments of " + " and ".join(seg_bins)
+        + (f" (1 key in {k})" if k > 1 else ""))
+    walks = {h: forked.start(lambda h=h: segment_pass.first_copies(
+        segment_pass.clock_sample(seg_bins[h], ports, k))) for h in seg_bins}
+    sample = {h: walks[h]() if h in walks else segment_pass.first_copies(
+        pd.DataFrame(columns=segment_pass.KEY + ["ts_ns"])) for h in HOSTS}
 
     if offset_override is not None:
         clock = ClockEstimate(offset_override, 0, 0, 0, 0, None, None, "given (--offset-ns)")
     else:
-        clock = estimate_offset(sample["initiator"], sample["target"])
+        clock = offset_of_first_copies(sample["initiator"], sample["target"])
     del sample
     if clock.offset_ns is None:
         notes.append("clock offset unknown (no segment seen at both ends): target times "
@@ -406,6 +405,12 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     ini_pdus, ini_cmds = decoded["initiator"]
     tgt_pdus, _ = decoded["target"]
     have_cmds = ini_pdus is not None and "cmd" in ini_pdus and ini_cmds is not None
+    # each host's segments tied to their commands (its own table), beside the events' join
+    for h in seg_bins:
+        say(f"merge: {h}'s segments on the common clock, tied to their commands")
+    ties = {h: forked.start(lambda h=h: segment_pass.tie_segments(
+        d, seg_bins[h], h, ports, off, ini_pdus if have_cmds else None, say))
+        for h in seg_bins}
     # the columns the cmd_id rules look at, in pandas (strings as categoricals: cheap)
     need = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt", "bytes",
             "lba", "ts_ns_merged", "offset", "pdu"] if have_cmds else ["ts_ns"]
@@ -493,12 +498,10 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         else:
             cmdtable.write(d, h, host_cmds, off)
     for h in HOSTS:
-        if h not in seg_bins:
+        if h in ties:
+            counts[f"{h}/net"] = ties[h]()
+        else:
             segtable.remove(d, h)  # an older merge's would contradict this one
-            continue
-        say(f"merge: {h}'s segments on the common clock, tied to their commands")
-        counts[f"{h}/net"] = segment_pass.tie_segments(
-            d, seg_bins[h], h, ports, off, ini_pdus if have_cmds else None, say)
     clock_doc = asdict(clock)
     clock_doc["notes"] = [n for n in notes if "clock" in n]
     (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
