@@ -4,10 +4,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import synth
+from istrace.capture import tcpseq
 from istrace.capture.decoded import conn_and_dir
 from istrace.capture.load import load_capture
 from istrace.model import study
 from istrace.plot import data, render
+from istrace.plot.seqgraph import seq_graph
+from istrace.plot.thin import thin
 from istrace.track.of_capture import load_tracked
 
 
@@ -125,13 +128,13 @@ def test_timeline_spans_every_row(cap1):
 
 def test_seq_graph_and_throughput(cap1):
     cap, t = cap1
-    g = data.seq_graph(cap.segs["target"], "t2i")
+    g = seq_graph(cap.segs["target"], "t2i")
     sg = g["segments"]
     nseg = -(-(32768 + 48) // synth.MSS)
     assert len(sg) == 64 * (nseg + 1) and not sg["rtx"].any()
     assert sg["start"].iloc[0] == 0 and sg["end"].max() == 64 * (32768 + 96)
     assert g["acks"]["ack"].is_monotonic_increasing
-    small = data.seq_graph(cap.segs["target"], "t2i", max_points=300)["segments"]
+    small = seq_graph(cap.segs["target"], "t2i", max_points=300)["segments"]
     assert len(small) <= 320 and small["end"].max() == sg["end"].max()
     th = data.throughput(cap.segs["target"], "t2i", bins=50)
     assert th["bytes"].sum() == 64 * (32768 + 96)
@@ -360,8 +363,81 @@ def test_seq_graph_draws_one_connection():
                          "tsecr": -1, "sack": 0})
     segs = conn_and_dir(pd.DataFrame(rows).sort_values("ts_ns").reset_index(drop=True))
     assert data.busiest_conn(segs, "t2i") == "10.0.0.1:40000-10.0.0.2:3260"
-    g = data.seq_graph(segs, "t2i")["segments"]
+    g = seq_graph(segs, "t2i")["segments"]
     assert len(g) == 300 and not g["rtx"].any()
     assert g["start"].tolist() == [k * 1000 for k in range(300)]
-    other = data.seq_graph(segs, "t2i", conn="10.0.0.1:40001-10.0.0.2:3260")["segments"]
+    other = seq_graph(segs, "t2i", conn="10.0.0.1:40001-10.0.0.2:3260")["segments"]
     assert other["start"].tolist() == [k * 1000 for k in range(100)]
+
+
+def _seq_graph_reference(segs: pd.DataFrame, d: str, conn: str) -> dict[str, pd.DataFrame]:
+    """The sequence graph computed over the whole table at once, unthinned: the rows a
+    chunked pass must give."""
+    rev = "i2t" if d == "t2i" else "t2i"
+    c = segs[segs["conn"] == conn]
+    x = c[(c["dir"] == d) & (c["len"] > 0)]
+    base = int(x["seq"].iloc[0])
+    start = tcpseq.unwrap(x["seq"].to_numpy(np.int64), base)
+    end = start + x["len"].to_numpy(np.int64)
+    prev = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end]))[:-1]
+    a = c[(c["dir"] == rev) & ((c["flags"] & 0x10) != 0)]
+    ack = tcpseq.unwrap(a["ack"].to_numpy(np.int64), base)
+    ak = pd.DataFrame({"t_ns": a["ts_ns"].to_numpy(np.int64), "ack": ack,
+                       "win_edge": ack + (a["win"].to_numpy(np.int64) << 7)})
+    return {"segments": pd.DataFrame({"t_ns": x["ts_ns"].to_numpy(np.int64), "start": start,
+                                      "end": end, "rtx": start < prev}),
+            "acks": ak[ak["ack"] >= 0].reset_index(drop=True)}
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 100, 1 << 16])
+def test_seq_graph_is_the_same_in_any_chunking(rows):
+    """Two interleaved connections, resends and a sequence wrap, ACKs with a scaled window:
+    read a chunk of rows at a time, the graph is the whole table's (thinned or not)."""
+    rng = np.random.default_rng(5)
+    out = []
+    for port, isn in ((40000, 2**32 - 50_000), (40001, 17)):
+        sent, t = 0, 10**9 + port
+        out.append({"ts_ns": t, "sport": port, "dport": 3260, "seq": 99, "ack": 0,
+                    "flags": 0x02, "win": 64240, "len": 0, "wscale": 7})
+        out.append({"ts_ns": t + 1, "sport": 3260, "dport": port, "seq": isn - 1, "ack": 100,
+                    "flags": 0x12, "win": 65160, "len": 0, "wscale": 7})
+        for _ in range(3000):
+            t += int(rng.integers(1, 20_000))
+            back = int(rng.integers(0, 5)) * 1448 if rng.random() < 0.03 else 0  # a resend
+            seq = (isn + max(sent - back, 0)) % 2**32
+            out.append({"ts_ns": t, "sport": 3260, "dport": port, "seq": seq, "ack": 100,
+                        "flags": 0x18, "win": 500, "len": 1448, "wscale": -1})
+            sent = max(sent, sent - back + 1448)
+            if rng.random() < 0.5:
+                out.append({"ts_ns": t + 5, "sport": port, "dport": 3260, "seq": 100,
+                            "ack": (isn + sent - int(rng.integers(0, 3)) * 1448) % 2**32,
+                            "flags": 0x10, "win": int(rng.integers(100, 900)), "len": 0,
+                            "wscale": -1})
+    raw = pd.DataFrame(out).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+    raw = raw.assign(frame=0, src=np.where(raw["sport"] == 3260, "10.0.0.2", "10.0.0.1"),
+                     dst=np.where(raw["sport"] == 3260, "10.0.0.1", "10.0.0.2"), mss=-1,
+                     tsval=-1, tsecr=-1, sack=0)
+    segs = conn_and_dir(raw)
+    conn = "10.0.0.1:40000-10.0.0.2:3260"
+    want = _seq_graph_reference(segs, "t2i", conn)
+    sent = segs[(segs["conn"] == conn) & (segs["len"] > 0)]["seq"]
+    assert want["segments"]["rtx"].sum() > 50 and sent.min() < 2**20 < 2**32 - 2**20 < sent.max()
+    got = seq_graph(segs, "t2i", conn=conn, rows=rows)
+    for k in ("segments", "acks"):
+        pd.testing.assert_frame_equal(got[k], want[k])
+    thinned = seq_graph(segs, "t2i", max_points=200, conn=conn, rows=rows)
+    pd.testing.assert_frame_equal(thinned["segments"], thin(
+        want["segments"], "t_ns", "end", 200, keep=want["segments"]["rtx"].to_numpy()))
+    pd.testing.assert_frame_equal(thinned["acks"], thin(want["acks"], "t_ns", "ack", 200))
+
+
+def test_thin_keeps_each_bins_first_lowest_and_highest_row():
+    t = np.array([0, 1, 2, 3, 10, 11, 12, 13, 20, 21])
+    v = np.array([5, 1, 9, 1, 3, 3, 7, 7, 4, 0])
+    df = pd.DataFrame({"t": t, "v": v})
+    # 3 bins of 7 ns: [0, 7), [7, 14), [14, 21]; ties: the first row of the value
+    got = thin(df, "t", "v", 9)
+    assert got["t"].tolist() == [0, 1, 2, 10, 12, 20, 21]
+    keep = np.zeros(10, bool)
+    keep[3] = True
+    assert 3 in thin(df, "t", "v", 9, keep=keep)["t"].tolist()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from istrace.capture.decoded import load_segments
 from istrace.plot import data, render
+from istrace.plot.seqgraph import seq_graph
 from istrace.report import diagnosis, html
 from istrace.system.paths import binary
 from istrace.testbed import namespaces as testbed
@@ -144,7 +145,7 @@ def test_tracker_and_seq_graph(real):
     rtt = s["rtt_us"].dropna()
     assert len(rtt) > 10 and (rtt >= 0).all() and rtt.median() < 5000
     assert (s["rwnd"].dropna() > 65535).any()  # window scale from the SYNs applied
-    g = data.seq_graph(cap.segs["target"], "t2i")
+    g = seq_graph(cap.segs["target"], "t2i")
     # tshark's relative next-sequence numbers start at 1 after the SYN.
     nxt = _tshark(out / "target.pcap", "-Y", "tcp.srcport == 3260 && tcp.len > 0", "-T",
                   "fields", "-e", "tcp.nxtseq")

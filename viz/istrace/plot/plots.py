@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from istrace.plot import data  # noqa: E402
+from istrace.plot.thin import thin  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -177,7 +178,7 @@ def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
     fig, ax = plt.subplots(figsize=(10, 5))
     exact = samples.loc[mine & samples["cwnd"].notna().to_numpy(), ["ts_ns", "cwnd", "ssthresh"]]
     if not exact.empty:
-        ex = data.thin(exact, "ts_ns", "cwnd", 30000)
+        ex = thin(exact, "ts_ns", "cwnd", 30000)
         ax.step(_ms(ex["ts_ns"], t0), ex["cwnd"], where="post", color="tab:blue",
                 label="cwnd [segments] (exact)")
         ss = ex[ex["ssthresh"].notna() & (ex["ssthresh"] < 1e6)]
@@ -186,7 +187,7 @@ def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
                     ls="--", label="ssthresh [segments]")
         ax.set_ylabel("segments")
     else:
-        est = data.thin(samples.loc[mine & samples["inflight_bytes"].notna().to_numpy(),
+        est = thin(samples.loc[mine & samples["inflight_bytes"].notna().to_numpy(),
                                     ["ts_ns", "inflight_bytes"]], "ts_ns", "inflight_bytes",
                         30000)
         ax.step(_ms(est["ts_ns"], t0), est["inflight_bytes"] / 1024, where="post",
@@ -341,7 +342,7 @@ def outstanding_plot(series: pd.DataFrame, title: str = "Commands outstanding") 
     if series.empty:
         return empty_figure(title, "no commands (need commands.csv)")
     t0 = int(series["t_ns"].min())
-    s = data.thin(series, "t_ns", "outstanding", 40000)
+    s = thin(series, "t_ns", "outstanding", 40000)
     ceil = data.outstanding_ceiling(series)
     fig, ax = plt.subplots(figsize=(10, 3.8))
     ax.step(_ms(s["t_ns"], t0), s["outstanding"], where="post", color="tab:purple", lw=1)

@@ -13,6 +13,7 @@ import pandas as pd
 from istrace.capture.load import Capture
 from istrace.capture.meta import one_way_ms
 from istrace.plot import data
+from istrace.plot.seqgraph import seq_graph
 from istrace.track.tracker import label_codes
 
 KINDS = ["ladder", "tcpseq", "cwnd", "timeline", "throughput", "resptime", "outstanding"]
@@ -102,7 +103,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
         elif kind == "tcpseq":
             conn = data.busiest_conn(segs, d)
             several = segs is not None and segs["conn"].nunique() > 1
-            fig = plots.tcpseq(data.seq_graph(segs, d, conn=conn),
+            fig = plots.tcpseq(seq_graph(segs, d, conn=conn),
                                title=f"TCP sequence / time, {d} (tcptrace style)"
                                + (f", {conn} (the busiest connection)" if several else ""))
         elif kind == "cwnd":

@@ -1,0 +1,128 @@
+"""The data of the tcptrace-style sequence graph: one connection's data segments (start and
+end byte, retransmission or not) and the ACKs coming back (acknowledged byte, window edge),
+thinned for the figure. Read from the segments table a chunk of rows at a time: what is held
+is the thinned points, not a copy of a full-rate capture's millions of segments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+from istrace.capture import tcpseq
+from istrace.capture.labels import codes_of
+from istrace.capture.slices import SLICE_ROWS
+from istrace.plot.data import busiest_conn
+from istrace.plot.thin import Thinner
+
+TCP_SYN, TCP_ACK = 0x02, 0x10
+SEG_COLUMNS = ["t_ns", "start", "end", "rtx"]
+ACK_COLUMNS = ["t_ns", "ack", "win_edge"]
+
+
+def seq_graph(segs: pd.DataFrame | None, d: str = "t2i", max_points: int = 20000,
+              conn: str | None = None, rows: int = SLICE_ROWS) -> dict[str, pd.DataFrame]:
+    """tcptrace-style data of one connection (`conn`, else the busiest in `d`): segments
+    (t_ns, start, end, rtx), acks (t_ns, ack, win_edge), in table order.
+
+    Sequence numbers are relative to the first data byte (each connection has its own: two
+    in one graph would mix their numbering). Past `max_points` segments, data are thinned to
+    per-time-bin extremes so a plot stays fast; retransmissions are kept all.
+    """
+    empty = {"segments": pd.DataFrame(columns=SEG_COLUMNS),
+             "acks": pd.DataFrame(columns=ACK_COLUMNS)}
+    if segs is None or segs.empty:
+        return empty
+    conn = conn if conn is not None else busiest_conn(segs, d)
+    if conn is None:
+        return empty
+    rev = "i2t" if d == "t2i" else "t2i"
+    g = _Graph(segs, conn, d, rev, rows)
+    base = g.first_data_seq()
+    if base is None:
+        return empty
+    # first pass: how many points of each kind and their time range (the thinning's bins),
+    # and the window scale each end's SYN announced; second: the points themselves
+    n_seg = n_ack = 0
+    t_seg, t_ack = [np.iinfo(np.int64).max, 0], [np.iinfo(np.int64).max, 0]
+    ws: dict[str, int | None] = {d: None, rev: None}
+    unwrap_ack = tcpseq.Unwrapper(base)
+    for c, data, ack, syn in g.chunks():
+        t = c["ts_ns"]
+        if data.any():
+            n_seg += int(data.sum())
+            t_seg = [min(t_seg[0], int(t[data].min())), max(t_seg[1], int(t[data].max()))]
+        for dd in (d, rev):
+            first = syn & (c["dir"] == g.dir_code[dd])
+            if ws[dd] is None and first.any():
+                ws[dd] = int(c["wscale"][np.argmax(first)])
+        if ack.any():
+            ok = unwrap_ack(c["ack"][ack]) >= 0
+            if ok.any():
+                n_ack += int(ok.sum())
+                t_ack = [min(t_ack[0], int(t[ack][ok].min())), max(t_ack[1], int(t[ack][ok].max()))]
+    # The receiver's window is scaled by the shift its SYN announced (if both SYNs had one).
+    shift = ws[rev] if ws[d] is not None and ws[rev] is not None and min(ws[d], ws[rev]) >= 0 \
+        else 0
+    seg_th = Thinner(n_seg, t_seg[0], t_seg[1], max_points)
+    ack_th = Thinner(n_ack, t_ack[0], t_ack[1], max_points)
+    unwrap_seg, unwrap_ack = tcpseq.Unwrapper(base), tcpseq.Unwrapper(base)
+    top = np.iinfo(np.int64).min  # the highest end byte before the chunk
+    for c, data, ack, _syn in g.chunks():
+        if data.any():
+            start = unwrap_seg(c["seq"][data])
+            end = start + c["len"][data].astype(np.int64)
+            prev = np.maximum.accumulate(np.concatenate([[top], end]))[:-1]
+            top = int(prev[-1]) if end[-1] <= prev[-1] else int(end[-1])
+            rtx = start < prev
+            seg_th.feed({"t_ns": c["ts_ns"][data].astype(np.int64), "start": start, "end": end,
+                         "rtx": rtx}, "t_ns", "end", keep=rtx)
+        if ack.any():
+            a = unwrap_ack(c["ack"][ack])
+            raw = c["win"][ack].astype(np.int64)
+            win = np.where((c["flags"][ack] & TCP_SYN) != 0, raw, raw << shift)
+            ok = a >= 0
+            ack_th.feed({"t_ns": c["ts_ns"][ack][ok].astype(np.int64), "ack": a[ok],
+                         "win_edge": a[ok] + win[ok]}, "t_ns", "ack")
+    return {"segments": _frame(seg_th, SEG_COLUMNS, n_seg, {"rtx": bool}),
+            "acks": _frame(ack_th, ACK_COLUMNS, n_ack, {})}
+
+
+def _frame(th: Thinner, columns: list[str], n: int, kinds: dict[str, type]) -> pd.DataFrame:
+    if n:
+        return th.frame(columns)
+    return pd.DataFrame({c: np.zeros(0, kinds.get(c, np.int64)) for c in columns})
+
+
+class _Graph:
+    """One connection's rows of a segments table, a chunk of table rows at a time."""
+
+    def __init__(self, segs: pd.DataFrame, conn: str, d: str, rev: str, rows: int) -> None:
+        self.rows, self.d = rows, d
+        conn_codes, (self.conn_code,) = codes_of(segs["conn"], conn)
+        self.dirs, (dc, rc) = codes_of(segs["dir"], d, rev)
+        self.dir_code = {d: dc, rev: rc}
+        self.conn_codes = conn_codes
+        self.cols = {k: segs[k].to_numpy() for k in
+                     ("ts_ns", "seq", "len", "ack", "win", "flags", "wscale")}
+
+    def chunks(self) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
+                                       np.ndarray]]:
+        """(columns, data rows of `d`, ACKs coming back, SYNs) of each chunk, the connection's
+        rows only."""
+        n = len(self.conn_codes)
+        d, rev = self.dir_code[self.d], next(v for k, v in self.dir_code.items() if k != self.d)
+        for a in range(0, n, self.rows):
+            b = min(a + self.rows, n)
+            c = {k: v[a:b] for k, v in self.cols.items()} | {"dir": self.dirs[a:b]}
+            mine = self.conn_codes[a:b] == self.conn_code
+            flags = c["flags"]
+            yield (c, mine & (c["dir"] == d) & (c["len"] > 0),
+                   mine & (c["dir"] == rev) & ((flags & TCP_ACK) != 0),
+                   mine & ((flags & TCP_SYN) != 0))
+
+    def first_data_seq(self) -> int | None:
+        for c, data, _ack, _syn in self.chunks():
+            if data.any():
+                return int(c["seq"][np.argmax(data)])
+        return None
