@@ -96,6 +96,13 @@ def test_segments_match_tshark(real):
         table = load_segments(out / f"{host}.pcap", cache_dir=out / "decoded" / host)
         assert assert_same_as_tshark(table, out / f"{host}.pcap") > 100
         assert (table["ts_ns"].to_numpy() == segs["ts_ns"].to_numpy()).all()
+        # the timestamp option stays on disk until asked for, then row for row
+        assert "tsval" not in segs.columns
+        echo = cap.segment_columns(host, ["tsval", "tsecr"])
+        for c in ("ts_ns", "tsval", "tsecr"):
+            assert (echo[c].to_numpy() == table[c].to_numpy()).all(), c
+        assert (echo["dir"].astype(str) == segs["dir"].astype(str)).all()
+        assert (echo["tsval"] > 0).mean() > 0.9  # Linux sends the option on every segment
         rows = _tshark(out / f"{host}.pcap", "-T", "fields", "-e", "tcp.srcport", "-e",
                        "tcp.len")
         t2i = sum(int(x.split()[1]) for x in rows if x.split()[0] == "3260")

@@ -20,18 +20,25 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture import layout
-from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments, read_table
+from istrace.capture.decoded import (
+    DecodeError,
+    conn_and_dir,
+    read_segments,
+    read_table,
+    segments_file,
+)
 from istrace.capture.events import load_events
 from istrace.capture.hoststats import load_hoststats
 from istrace.capture.meta import DEFAULT_PORT, read_meta, target_ports
 from istrace.system.paths import MissingBinary
 
 HOSTS = layout.HOSTS
-# What the analyses read of a segment: the addresses and ports are in conn/dir by then, and
-# the frame number and MSS option are the decoder's (istrace.capture.decoded.load_segments
-# has every column); a third less memory in every copy of millions of rows.
-SEGMENT_COLUMNS = ["ts_ns", "seq", "ack", "flags", "win", "len", "wscale", "tsval", "tsecr",
-                   "sack", "conn", "dir"]
+# What the analyses read of a segment: the addresses and ports are in conn/dir by then, the
+# frame number and MSS option are the decoder's (istrace.capture.decoded.load_segments has
+# every column), and the timestamp option is read when asked (Capture.segment_columns: only
+# a fallback RTT estimate uses it): 38 bytes a row held instead of 90, millions of rows.
+SEGMENT_COLUMNS = ["ts_ns", "seq", "ack", "flags", "win", "len", "wscale", "sack", "conn",
+                   "dir"]
 # read from segments.bin: those, and the addresses and ports conn and dir are made of
 _READ_COLUMNS = [c for c in SEGMENT_COLUMNS if c not in ("conn", "dir")] + [
     "src", "sport", "dst", "dport"]
@@ -58,6 +65,7 @@ class Capture:
     clock: dict[str, Any] = field(default_factory=dict)
     ports: tuple[int, ...] = (DEFAULT_PORT,)  # the iSCSI target port(s) the tables were cut to
     track: Any = None  # istrace.track.of_capture.track_capture fills it in
+    seg_files: dict[str, Path] = field(default_factory=dict)  # host -> its segments.bin
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -75,6 +83,19 @@ class Capture:
         if self.meta.get("testbed") or len(self.segs) == 2:
             return "clock offset assumed 0: both ends on one host's clock (no clock.json)"
         return "clock offset unknown (no clock.json)"
+
+    def segment_columns(self, host: str, columns: list[str]) -> pd.DataFrame | None:
+        """A host's segments with `columns` the loaded table leaves on disk (besides ts_ns,
+        conn and dir), row for row as in `segs`; None without its segments."""
+        segs = self.segs.get(host)
+        want = ["ts_ns", "conn", "dir", *columns]
+        if segs is not None and set(want) <= set(segs.columns):
+            return segs[want]
+        path = self.seg_files.get(host)
+        if path is None:
+            return None
+        raw = read_segments(path, list(dict.fromkeys(_READ_COLUMNS + columns)))
+        return conn_and_dir(raw, self.ports)[want]
 
     def main_commands(self) -> pd.DataFrame | None:
         return self.commands.get("initiator", self.commands.get("target"))
@@ -154,7 +175,8 @@ def load_capture(d: str | Path, decode: bool = True,
         seg_dir = found if found is not None and (found / layout.SEGMENTS).is_file() \
             else layout.decoded_dir(d, host)
         try:
-            raw = load_segments(pcap, cache_dir=seg_dir, columns=_READ_COLUMNS)
+            cap.seg_files[host] = segments_file(pcap, seg_dir)
+            raw = read_segments(cap.seg_files[host], _READ_COLUMNS)
             cap.segs[host] = conn_and_dir(raw, cap.ports)[SEGMENT_COLUMNS]
             del raw
         except (DecodeError, MissingBinary, OSError) as exc:

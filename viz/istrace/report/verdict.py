@@ -146,8 +146,9 @@ def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
         p5, lo, mid = (float(r.quantile(0.05)) / 1e3, float(r.min()) / 1e3,
                        float(r.median()) / 1e3)
     else:
-        for host, segs in cap.segs.items():
-            e = echo_rtt_ms(segs, "i2t" if host == "initiator" else "t2i")
+        for host in cap.segs:
+            e = echo_rtt_ms(cap.segment_columns(host, ["tsval", "tsecr"]),
+                            "i2t" if host == "initiator" else "t2i")
             if e["p5_ms"] is not None:
                 p5, lo, mid = e["p5_ms"], e["min_ms"], e["p50_ms"]
                 break
