@@ -30,20 +30,28 @@ def write_track_tables(samples: pd.DataFrame, states: pd.DataFrame, events: pd.D
     return paths
 
 
+# rows converted to Arrow at a time: a whole tracker table at once (millions of samples) was
+# a second copy of it, the report's peak on a 60 s capture
+_PARQUET_ROWS = 1 << 18
+
+
 def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     """Label columns stay dictionary-encoded; a column of mixed Python objects (an empty
-    table's) is written as text."""
+    table's) is written as text. A row group of _PARQUET_ROWS rows at a time, all of one
+    schema, the whole table's."""
     try:
-        table = pa.Table.from_pandas(df, preserve_index=False)
+        schema = pa.Schema.from_pandas(df, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        table = pa.Table.from_pandas(df.astype({c: str for c in df.columns
-                                                if df[c].dtype == object}),
-                                     preserve_index=False)
+        df = df.astype({c: str for c in df.columns if df[c].dtype == object})
+        schema = pa.Schema.from_pandas(df, preserve_index=False)
     # dictionary pages for the label columns only (on millions of distinct times and
     # numbers they are built and thrown away); lz4: a third faster than snappy, as small
-    labels = [f.name for f in table.schema
+    labels = [f.name for f in schema
               if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
-    pq.write_table(table, path, compression="lz4", use_dictionary=labels)
+    with pq.ParquetWriter(path, schema, compression="lz4", use_dictionary=labels) as w:
+        for a in range(0, max(len(df), 1), _PARQUET_ROWS):
+            w.write_table(pa.Table.from_pandas(df.iloc[a:a + _PARQUET_ROWS], schema=schema,
+                                               preserve_index=False))
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:

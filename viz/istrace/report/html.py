@@ -16,7 +16,7 @@ from istrace.capture.outputs import write_track_tables, write_verdict
 from istrace.plot.render import KINDS, make_plots, needs_track, timeline_spans
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
-from istrace.system import forked
+from istrace.system import forked, freed
 from istrace.track.of_capture import track_capture
 
 
@@ -84,6 +84,7 @@ def report(d: Path, out: Path | None = None,
     t0 = time.monotonic()
 
     def step(what: str) -> None:  # a full-rate capture takes tens of seconds: say where
+        freed.give_back()  # what the step before freed, before the next one allocates
         print(f"report: {time.monotonic() - t0:5.1f} s  {what} ...", file=sys.stderr)
 
     step(f"loading {d} (decoding as needed)")
