@@ -17,14 +17,24 @@ T = TypeVar("T")
 
 
 class ChildFailed(RuntimeError):
-    """The forked call raised (its traceback is the message) or its process died."""
+    """The forked process died, or raised what cannot be sent back (its traceback is the
+    message)."""
 
 
 def start(fn: Callable[[], T]) -> Callable[[], T]:
     """Start fn() now, in a forked process when there is a CPU to run it on (else here, at
-    once); the returned call waits for its result and re-raises its failure."""
+    once); the returned call waits for its result. What fn raised is raised by that call, as
+    the same exception (the forked process's traceback added as a note): a caller handles
+    an OSError the same wherever fn ran."""
     if (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        value = fn()
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - raised by the wait, as a forked one is
+            error = exc
+
+            def fail() -> T:
+                raise error
+            return fail
         return lambda: value
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
@@ -32,8 +42,12 @@ def start(fn: Callable[[], T]) -> Callable[[], T]:
     def child() -> None:
         try:
             send.send((True, fn()))
-        except BaseException:  # noqa: BLE001 - every failure goes back to the parent
-            send.send((False, traceback.format_exc()))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+            text = traceback.format_exc()
+            try:
+                send.send((False, (exc, text)))
+            except Exception:  # noqa: BLE001 - an exception pickle cannot carry
+                send.send((False, (None, text)))
         finally:
             send.close()
 
@@ -52,6 +66,10 @@ def start(fn: Callable[[], T]) -> Callable[[], T]:
             recv.close()
         proc.join()
         if not ok:
-            raise ChildFailed(f"in the forked process:\n{value}")
+            exc, text = value
+            if isinstance(exc, Exception):
+                exc.add_note(f"in the forked process:\n{text}")
+                raise exc
+            raise ChildFailed(f"in the forked process:\n{text}")
         return value  # type: ignore[no-any-return]
     return wait
