@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from istrace.capture.decoded import TCP_SYN
-from istrace.capture.labels import codes_of
+from istrace.capture.labels import codes_of, label_codes
 from istrace.capture.slices import SLICE_ROWS, clean_cuts
 from istrace.capture.tcpseq import unwrap
 from istrace.track import estimate
@@ -96,14 +96,6 @@ def _num(frame: pd.DataFrame, name: str) -> np.ndarray | None:
 
 def _const(n: int, value: str) -> pd.Categorical:
     return pd.Categorical.from_codes(np.zeros(n, np.int8), [value])
-
-
-def label_codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(integer codes, distinct labels) of a label column; categoricals cost nothing."""
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        return series.cat.codes.to_numpy(), np.asarray(series.cat.categories, dtype=object)
-    codes, uniq = pd.factorize(series.to_numpy(dtype=object), use_na_sentinel=True)
-    return codes, np.asarray(uniq, dtype=object)
 
 
 def track_events(events: pd.DataFrame) -> TrackResult:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from istrace.capture import attribution, tcpseq
+from istrace.capture.labels import label_codes
 from istrace.capture.slices import SLICE_ROWS, payload_slices
-from istrace.track.tracker import label_codes
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
 LADDER_KINDS = ["SCSI Command", "R2T", "SCSI Data-Out", "SCSI Data-In", "SCSI Response"]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from istrace.capture.labels import label_codes
 from istrace.capture.load import Capture
 from istrace.capture.meta import one_way_ms
 from istrace.plot import data
 from istrace.plot.seqgraph import seq_graph
-from istrace.track.tracker import label_codes
 
 KINDS = ["ladder", "tcpseq", "cwnd", "timeline", "throughput", "resptime", "outstanding"]
 
