@@ -11,9 +11,10 @@ import pytest
 from istrace.capture import layout, segtable
 
 
-def _write(d: Path, host: str, groups: list[int], conn: str) -> pd.DataFrame:
+def _write(d: Path, host: str, groups: list[int], conn: str,
+           publish: bool = True) -> pd.DataFrame:
     rows = []
-    with segtable.SegmentTableWriter(d, host) as w:
+    with segtable.SegmentTableWriter(d, host, publish) as w:
         at = 0
         for n in groups:
             ts = np.arange(at, at + n, dtype=np.int64) * 1000
@@ -48,6 +49,23 @@ def test_failed_write_keeps_the_old_table(tmp_path: Path) -> None:
         w.write({"ts_ns": [1]})  # no such row: every column is required
     assert len(segtable.read(tmp_path, "initiator")) == 4
     assert [p.name for p in layout.segment_table(tmp_path, "initiator").parent.iterdir()] == \
+        ["part-0.parquet"]
+
+
+def test_a_table_written_unpublished_waits_beside_the_old_one(tmp_path: Path) -> None:
+    """The merger writes the segment tables while its other steps may still fail: the new
+    table replaces the old one only when published, and a discarded one leaves no trace."""
+    _write(tmp_path, "target", [4], "a:1-b:3260")
+    _write(tmp_path, "target", [9], "a:1-b:3260", publish=False)
+    assert len(segtable.read(tmp_path, "target")) == 4
+    segtable.discard(tmp_path, "target")
+    assert len(segtable.read(tmp_path, "target")) == 4
+    assert [p.name for p in layout.segment_table(tmp_path, "target").parent.iterdir()] == \
+        ["part-0.parquet"]
+    _write(tmp_path, "target", [9], "a:1-b:3260", publish=False)
+    segtable.publish(tmp_path, "target")
+    assert len(segtable.read(tmp_path, "target")) == 9
+    assert [p.name for p in layout.segment_table(tmp_path, "target").parent.iterdir()] == \
         ["part-0.parquet"]
 
 

@@ -409,8 +409,42 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     for h in seg_bins:
         say(f"merge: {h}'s segments on the common clock, tied to their commands")
     ties = {h: forked.start(lambda h=h: segment_pass.tie_segments(
-        d, seg_bins[h], h, ports, off, ini_pdus if have_cmds else None, say))
+        d, seg_bins[h], h, ports, off, ini_pdus if have_cmds else None, say, publish=False))
         for h in seg_bins}
+    try:
+        n_rows, counts = _write_merged(d, parts, decoded, have_cmds, slack, off, write_csv,
+                                       notes, say)
+        for h in ties:
+            counts[f"{h}/net"] = ties[h]()
+    except BaseException:
+        # a failed merge leaves the previous tables whole: the new segment tables wait
+        # beside them until everything else is written
+        for h, wait in ties.items():
+            try:
+                wait()
+            except Exception:  # noqa: BLE001, S110 - the first failure is the one raised
+                pass
+            segtable.discard(d, h)
+        raise
+    for h in HOSTS:
+        if h in ties:
+            segtable.publish(d, h)
+        else:
+            segtable.remove(d, h)  # an older merge's would contradict this one
+    clock_doc = asdict(clock)
+    clock_doc["notes"] = [n for n in notes if "clock" in n]
+    (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
+    return MergeResult(notes, n_rows, clock, lost, counts)
+
+
+def _write_merged(d: Path, parts: list[pa.Table], decoded: dict[str, Any], have_cmds: bool,
+                  slack: int, off: int, write_csv: bool | None, notes: list[str],
+                  say: Any) -> tuple[int, dict[str, int]]:
+    """The events and PDUs tied to their commands, sorted and written (merged.parquet,
+    merged.csv), and each host's commands on the common clock; (rows, rows per host and
+    layer)."""
+    ini_pdus, ini_cmds = decoded["initiator"]
+    tgt_pdus, _ = decoded["target"]
     # the columns the cmd_id rules look at, in pandas (strings as categoricals: cheap)
     need = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt", "bytes",
             "lba", "ts_ns_merged", "offset", "pdu"] if have_cmds else ["ts_ns"]
@@ -490,19 +524,11 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         for g in p.group_by(["host", "layer"]).aggregate([("ts_ns", "count")]).to_pylist():
             k = f"{g['host']}/{g['layer']}"
             counts[k] = counts.get(k, 0) + int(g["ts_ns_count"])
-    del parts
+    parts.clear()  # the caller's list: the tables are freed now
     for h in HOSTS:  # each host's commands, times also on the common clock
         _pdus, host_cmds = decoded[h]
         if host_cmds is None:
             cmdtable.remove(d, h)  # an older merge's would contradict this one
         else:
             cmdtable.write(d, h, host_cmds, off)
-    for h in HOSTS:
-        if h in ties:
-            counts[f"{h}/net"] = ties[h]()
-        else:
-            segtable.remove(d, h)  # an older merge's would contradict this one
-    clock_doc = asdict(clock)
-    clock_doc["notes"] = [n for n in notes if "clock" in n]
-    (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
-    return MergeResult(notes, n_rows, clock, lost, counts)
+    return n_rows, counts

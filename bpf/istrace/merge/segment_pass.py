@@ -94,12 +94,14 @@ def clock_sample(seg_bin: Path, ports: tuple[int, ...], k: int) -> pd.DataFrame:
 
 
 def tie_segments(d: Path, seg_bin: Path, host: str, ports: tuple[int, ...], offset_ns: int,
-                 ini_pdus: pd.DataFrame | None, say: Callable[[str], None]) -> int:
+                 ini_pdus: pd.DataFrame | None, say: Callable[[str], None],
+                 publish: bool = True) -> int:
     """Write DIR/segments/host=<host>/: the iSCSI segments of one host's segments.bin on the
-    initiator's clock, data segments tied to the initiator's PDUs by sequence; rows written."""
+    initiator's clock, data segments tied to the initiator's PDUs by sequence; rows written.
+    `publish=False`: the table waits beside the old one for segtable.publish."""
     total = segment_count(seg_bin)
     done = 0
-    with SegmentTableWriter(d, host) as w:
+    with SegmentTableWriter(d, host, publish) as w:
         for s in _iscsi_slices(seg_bin, ports):
             done += SLICE_ROWS
             ts = s["ts_ns"].to_numpy(np.int64)

@@ -33,14 +33,21 @@ SCHEMA = pa.schema([
 ])
 
 
+def _pending(d: Path, host: str) -> Path:
+    path = layout.segment_table(d, host)
+    return path.with_name(f".{path.name}.tmp")
+
+
 class SegmentTableWriter:
     """One host's table, written beside the old one and renamed over it on a clean close (a
-    failed merge leaves the previous table whole)."""
+    failed merge leaves the previous table whole); with `publish=False` it stays beside it
+    until `publish` (the merger writes it while other steps that may still fail run)."""
 
-    def __init__(self, d: Path, host: str) -> None:
+    def __init__(self, d: Path, host: str, publish: bool = True) -> None:
         self.path = layout.segment_table(d, host)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(f".{self.path.name}.tmp")
+        self._tmp = _pending(d, host)
+        self._publish = publish
         # dictionary pages for the labels only: tried on every integer column they are
         # built and thrown away (half the write time, the same file size after lz4)
         self._w = pq.ParquetWriter(self._tmp, SCHEMA, compression="lz4",
@@ -71,9 +78,20 @@ class SegmentTableWriter:
                  tb: TracebackType | None) -> None:
         self._w.close()
         if et is None:
-            os.replace(self._tmp, self.path)
+            if self._publish:
+                os.replace(self._tmp, self.path)
         else:
             self._tmp.unlink(missing_ok=True)
+
+
+def publish(d: Path, host: str) -> None:
+    """A table written with publish=False replaces the host's table."""
+    os.replace(_pending(d, host), layout.segment_table(d, host))
+
+
+def discard(d: Path, host: str) -> None:
+    """A table written with publish=False is dropped; the host's table stays as it was."""
+    _pending(d, host).unlink(missing_ok=True)
 
 
 def remove(d: Path, host: str) -> None:
