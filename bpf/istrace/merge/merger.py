@@ -322,18 +322,6 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
             ports = target_ports(read_meta(d))
         except (OSError, ValueError):
             ports = target_ports({})
-    events: dict[str, pa.Table] = {}
-    lost: dict[str, int] = {}
-    for h in HOSTS:
-        path = events_file(d, h)
-        say(f"merge: reading {path.name}")
-        table, _meta, n_lost = read_events_table(path)
-        events[h] = table
-        lost[h] = n_lost
-        if not path.is_file():
-            notes.append(f"no events-{h}.jsonl (or .csv)")
-        if n_lost:
-            notes.append(f"{h}: the probe lost {n_lost} events (ring buffer full)")
     # The decoder first: its segments.bin (beside the PDUs) is the segment table.
     decoded: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None]] = {}
     seg_dirs: dict[str, Path] = {}
@@ -373,6 +361,21 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         + (f" (1 key in {k})" if k > 1 else ""))
     walks = {h: forked.start(lambda h=h: segment_pass.first_copies(
         segment_pass.clock_sample(seg_bins[h], ports, k))) for h in seg_bins}
+    # the probe events read here meanwhile (tens of MB of JSON at full rate)
+    events: dict[str, pa.Table] = {}
+    lost: dict[str, int] = {}
+    event_notes: list[str] = []
+    for h in HOSTS:
+        path = events_file(d, h)
+        say(f"merge: reading {path.name}")
+        table, _meta, n_lost = read_events_table(path)
+        events[h] = table
+        lost[h] = n_lost
+        if not path.is_file():
+            event_notes.append(f"no events-{h}.jsonl (or .csv)")
+        if n_lost:
+            event_notes.append(f"{h}: the probe lost {n_lost} events (ring buffer full)")
+    notes[:0] = event_notes  # first, as they were read first
     sample = {h: walks[h]() if h in walks else segment_pass.first_copies(
         pd.DataFrame(columns=segment_pass.KEY + ["ts_ns"])) for h in HOSTS}
 
