@@ -101,15 +101,13 @@ def dispersion_capacity(cap: Capture, rows: int = SLICE_ROWS) -> float | None:
     if recv is None or recv.empty:
         return None
     # the receiver's data segments in time order, a slice at a time (not a sorted copy of
-    # millions of rows): the largest first, then each pair of neighbours, the last segment
-    # of a slice carried into the next
-    conn = {"conn": codes_of(recv["conn"])[0]}
-    n, mss = 0, 0
-    for sl in payload_slices(recv, d, ("len",), rows=rows):
-        n += len(sl["len"])
-        mss = max(mss, int(sl["len"].max()))
-    if n < 100:
+    # millions of rows): each pair of neighbours, the last segment of a slice carried into
+    # the next
+    totals = data.payload_totals(recv, d)
+    if int(totals["segments"].sum()) < 100:
         return None
+    mss = int(totals["largest"].max())
+    conn = {"conn": codes_of(recv["conn"])[0]}
     rates, carry = [], None
     for sl in payload_slices(recv, d, ("ts_ns", "len"), rows=rows, extra=conn):
         if carry is not None:
