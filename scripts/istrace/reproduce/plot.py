@@ -282,9 +282,9 @@ def plot_blocksize(df: pd.DataFrame, path: Path, title: str) -> Path:
     ax = axes[0]
     ax.plot(lat["block"], lat["lat_mean_us"].astype(float), "-o", label="mean")
     ax.plot(lat["block"], lat["lat_p99_us"].astype(float), "--", lw=0.9, label="p99")
-    if "lat_p10_us" in lat:
-        # the service time: p10 has little of the wake-up and steal noise the mean carries
-        ax.plot(lat["block"], lat["lat_p10_us"].astype(float), ":", lw=0.9, label="p10")
+    if "lat_p1_us" in lat:
+        # the service time: p1 has little of the wake-up and steal noise the mean carries
+        ax.plot(lat["block"], lat["lat_p1_us"].astype(float), ":", lw=0.9, label="p1")
     ax.set_ylabel("READ latency (µs)")
     ax.set_title("one reader, the same block each time", fontsize=9)
     ax = axes[1]
