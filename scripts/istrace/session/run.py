@@ -133,6 +133,10 @@ class Session:
                 h.role: remote_clock(h) for h in self.hosts}}
             return
         state = testbed_state.load(a.name)
+        if state is not None and state.get("ready") and not testbed_state.alive(state):
+            _log(f"testbed {a.name} is left over from a run that ended (its namespaces or "
+                 "processes are gone): bringing it up again")
+            state = None
         if state is not None and state.get("ready"):
             _log(f"using the running testbed {a.name} (its path settings apply)")
             self.tb = testbed.Testbed.attach(a.name)

@@ -105,6 +105,14 @@ def kill_pid(pid: int, start: int | None, grace_s: float = 3.0) -> None:
         time.sleep(0.05)
 
 
+def alive(state: dict[str, Any]) -> bool:
+    """Whether what `state` records still runs: every namespace there and every recorded
+    process the same one (a testbed whose owner was killed mid-way, or whose namespaces
+    another run removed, leaves a state file behind that nothing answers at)."""
+    return all(netns.ns_exists(ns) for ns in state.get("netns", [])) and all(
+        _alive_same(int(p["pid"]), p.get("start")) for p in state.get("pids", []))
+
+
 def teardown(state: dict[str, Any]) -> list[str]:
     """Undo everything `state` records; return one line per thing that could not be undone."""
     problems: list[str] = []
