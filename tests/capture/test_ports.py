@@ -43,7 +43,7 @@ def test_port_from_the_option_or_the_portal(tmp_path: Path) -> None:
                 f.unlink()
     cap = load_capture(bare, ports=(PORT,))
     assert cap.ports == (PORT,) and len(cap.commands["initiator"]) == READS
-    assert set(cap.segs["initiator"]["conn"]) == {f"10.99.0.1:40000-10.99.0.2:{PORT}"}
+    assert cap.segs["initiator"].conns() == [f"10.99.0.1:40000-10.99.0.2:{PORT}"]
     # the portal meta.json recorded: the same without the option
     withmeta = tmp_path / "meta"
     write_reads(withmeta)

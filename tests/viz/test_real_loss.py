@@ -26,7 +26,7 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     dropped = meta["path_stats"]["t2i"]["drop_queue"]
     assert dropped > 0, "a 20-packet queue should overflow in slow start"
     cap = load_tracked(out)
-    sent = cap.segs["target"].query("dir == 't2i' and len > 0")
+    sent = cap.segs["target"].frame().query("dir == 't2i' and len > 0")
     ev = cap.track.events
     rtx = ev[(ev["kind"] == "retransmit") & (ev["dir"] == "t2i") & (ev["host"] == "target")]
     # At the sender, before the queue, every byte sent more than once is a retransmission:
@@ -39,7 +39,7 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     # packets outside the capture window; Linux may merge resent segments). A timeout resends
     # what was in flight, dropped or not: those copies reach the receiver twice, so what the
     # receiver got more than once is taken off before comparing with the drops.
-    got = cap.segs["initiator"].query("dir == 't2i' and len > 0")
+    got = cap.segs["initiator"].frame().query("dir == 't2i' and len > 0")
     g_start = (got["seq"].astype("int64") - base) % 2**32
     twice = int(got["len"].sum() - (g_start + got["len"]).max())
     mss = int(sent["len"].max())

@@ -15,7 +15,7 @@ merge into one time-ordered stream exactly as they would in the whole table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,21 +48,21 @@ class Plan:
     stream_rows: int    # data segments plus ACKs of them
 
 
-def plan(cols: Columns, snd: np.ndarray, rev: np.ndarray, cuts: list[int]) -> Plan | None:
-    """A first pass over the slices (None: the direction carries no data)."""
+def plan(slices: Iterable[tuple[Columns, np.ndarray, np.ndarray]]) -> Plan | None:
+    """A first pass over the slices, each (columns, rows sent in the direction, rows coming
+    back) (None: the direction carries no data)."""
     base = first_data = None
     sent = back = rows = 0
     lo, hi = _I64_MAX, _I64_MIN
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-        s, r = snd[a:b], rev[a:b]
-        flags, length, ts = cols["flags"][a:b], cols["len"][a:b], cols["ts_ns"][a:b]
+    for cols, s, r in slices:
+        flags, length, ts = cols["flags"], cols["len"], cols["ts_ns"]
         data = s & (length > 0)
         if base is None:
             syn = np.flatnonzero(s & ((flags & TCP_SYN) != 0))
             if len(syn):
-                base = int(cols["seq"][a + syn[0]]) + 1
+                base = int(cols["seq"][syn[0]]) + 1
         if first_data is None and data.any():
-            first_data = int(cols["seq"][a:b][data][0])
+            first_data = int(cols["seq"][data][0])
         sent += int(length[data].sum(dtype=np.int64))
         back += int(length[r].sum(dtype=np.int64))
         stream = data | (r & ((flags & TCP_ACK) != 0))

@@ -14,13 +14,15 @@ intervals) and `events` (retransmit / dupack / loss_episode marks).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from istrace.capture.decoded import TCP_SYN
 from istrace.capture.labels import codes_of, label_codes
-from istrace.capture.slices import SLICE_ROWS, clean_cuts
+from istrace.capture.segsource import Segments, SegmentsLike, as_segments, row_slices
+from istrace.capture.slices import SLICE_ROWS
 from istrace.capture.tcpseq import unwrap
 from istrace.track import estimate
 from pandas.api.types import union_categoricals
@@ -225,17 +227,22 @@ def _rate(ts: np.ndarray, cum_bytes: np.ndarray) -> np.ndarray:
 
 
 # what _track_one reads of a segment
-_TRACK_COLUMNS = ["ts_ns", "seq", "ack", "flags", "win", "len", "sack", "conn", "dir"]
+_TRACK_COLUMNS = ["ts_ns", "seq", "ack", "flags", "win", "len", "sack"]
 
 
-def _window_scales(segs: pd.DataFrame) -> dict[tuple[str, str], int | None]:
+def _window_scales(segs: Segments) -> dict[tuple[str, str], int | None]:
     """Window scale each side announced, applied only when both SYNs carried the option."""
-    syn = segs[(segs["flags"] & TCP_SYN) != 0]
+    conn_codes, conn_labels = label_codes(segs.conn)
+    dir_codes, dir_labels = label_codes(segs.dir)
     shift: dict[tuple[str, str], int] = {}
-    for conn, d, ws in zip(syn["conn"], syn["dir"], syn["wscale"], strict=True):
-        shift.setdefault((conn, d), int(ws))
+    for a, _b, c in row_slices(segs, ["flags", "wscale"]):
+        for i in np.flatnonzero((c["flags"] & TCP_SYN) != 0):
+            cc, dc = conn_codes[a + i], dir_codes[a + i]
+            if cc >= 0 and dc >= 0:
+                shift.setdefault((str(conn_labels[cc]), str(dir_labels[dc])),
+                                 int(c["wscale"][i]))
     out: dict[tuple[str, str], int | None] = {}
-    for conn in segs["conn"].unique():
+    for conn in segs.conns():
         a, b = shift.get((conn, "i2t")), shift.get((conn, "t2i"))
         if a is None or b is None:
             out[(conn, "i2t")] = out[(conn, "t2i")] = None  # SYN not captured: unknown
@@ -246,7 +253,7 @@ def _window_scales(segs: pd.DataFrame) -> dict[tuple[str, str], int | None]:
     return out
 
 
-def track_pcap(segs: pd.DataFrame, pdus: pd.DataFrame | None = None,
+def track_pcap(segs: SegmentsLike | None, pdus: pd.DataFrame | None = None,
                host: str = "initiator", dirs: tuple[str, ...] = ("i2t", "t2i"),
                dupack_threshold: int = 3, reorder_window_ns: int = 3_000_000,
                slice_rows: int = SLICE_ROWS) -> TrackResult:
@@ -254,16 +261,17 @@ def track_pcap(segs: pd.DataFrame, pdus: pd.DataFrame | None = None,
 
     `dirs` picks the data directions to track; a direction is best tracked at its sender's
     capture point (t2i at the target), where in-flight bytes are what the sender had out.
-    Each direction is tracked `slice_rows` segments at a time (any value: the same rows).
+    Each direction is tracked `slice_rows` segments at a time (any value: the same rows),
+    read from the segments a slice at a time.
     """
     res = TrackResult()
+    segs = as_segments(segs)
     if segs is None or segs.empty:
         return res
     scales = _window_scales(segs)
-    segs = segs[[k for k in _TRACK_COLUMNS if k in segs.columns]]  # a view, not a copy
-    conns = segs["conn"].unique()
+    conns = segs.conns()
     for conn in conns:
-        c = segs if len(conns) == 1 else segs[segs["conn"] == conn]
+        c = segs if len(conns) == 1 else segs.only(conn)
         for d in dirs:
             if scales.get((conn, d)) is None:
                 res.notes.append(f"{conn}: SYN not captured, receive window unscaled (raw)")
@@ -276,26 +284,29 @@ def track_pcap(segs: pd.DataFrame, pdus: pd.DataFrame | None = None,
     return res
 
 
-def _track_one(c: pd.DataFrame, conn: str, d: str, host: str,
+def _track_one(c: Segments, conn: str, d: str, host: str,
                scales: dict[tuple[str, str], int | None], pdus: pd.DataFrame | None,
                dupack_threshold: int, reorder_window_ns: int, slice_rows: int
                ) -> TrackResult | None:
-    """One direction of one connection, its table fed to `estimate.Direction` a slice at a
-    time (the columns' arrays, not sub-tables: no copy of millions of rows)."""
+    """One direction of one connection, fed to `estimate.Direction` a slice at a time, each
+    slice read when it is fed (twice: the plan's pass, then the samples')."""
     rev = "t2i" if d == "i2t" else "i2t"
-    col = {k: c[k].to_numpy() for k in ("ts_ns", "seq", "ack", "flags", "win", "len", "sack")
-           if k in c.columns}
-    codes, (d_code, rev_code) = codes_of(c["dir"], d, rev)
-    snd, from_rev = codes == d_code, codes == rev_code
-    cuts = clean_cuts(col["ts_ns"], slice_rows)
-    plan = estimate.plan(col, snd, from_rev, cuts)
+    names = [k for k in _TRACK_COLUMNS if c.has(k)]
+    codes, (d_code, rev_code) = codes_of(c.dir, d, rev)
+    cuts = c.cuts(slice_rows)
+
+    def slices() -> Iterator[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]:
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            here = codes[a:b]
+            yield c.read(names, a, b), here == d_code, here == rev_code
+
+    plan = estimate.plan(slices())
     if plan is None:
         return None
     tr = estimate.Direction(conn, d, host, plan, scales.get((conn, rev)) or 0,
                             _cmd_lookup(pdus, conn, d, plan.base), dupack_threshold,
                             reorder_window_ns)
-    parts = [tr.feed({k: v[a:b] for k, v in col.items()}, snd[a:b], from_rev[a:b])
-             for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    parts = [tr.feed(col, snd, from_rev) for col, snd, from_rev in slices()]
     states, events = tr.finish()
     cols = {k: np.concatenate([p.pop(k) for p in parts]) for k in list(parts[0])}
     n = len(cols["ts_ns"])

@@ -31,7 +31,7 @@ SEGMENT_COLUMNS = ["frame", "ts_ns", "src", "sport", "dst", "dport", "seq", "ack
                    "win", "len", "wscale", "mss", "tsval", "tsecr", "sack"]
 # segments.bin (schema §4c, decoder/segments_bin.c): little-endian records, the addresses'
 # text after them (NUL-terminated, in index order), then a 32-byte trailer.
-_SEG_RECORD = np.dtype([("ts_ns", "<i8"), ("frame", "<u8"), ("tsval", "<i8"), ("tsecr", "<i8"),
+SEG_RECORD = np.dtype([("ts_ns", "<i8"), ("frame", "<u8"), ("tsval", "<i8"), ("tsecr", "<i8"),
                         ("seq", "<u4"), ("ack", "<u4"), ("len", "<u4"), ("win", "<u4"),
                         ("src", "<u4"), ("dst", "<u4"), ("mss", "<i4"), ("sport", "<u2"),
                         ("dport", "<u2"), ("flags", "u1"), ("wscale", "i1"), ("sack", "u1"),
@@ -76,7 +76,12 @@ def decode_to_dir(pcap: str | Path, outdir: str | Path, ports: Iterable[int] = (
     return out
 
 
-def _segment_file(path: Path) -> tuple[int, pd.Index]:
+def memory_type(column: str) -> type:
+    """The type a segments column is held in (read_segments and istrace.capture.segsource)."""
+    return _SEG_MEMORY.get(column, np.int64)
+
+
+def segment_file_info(path: Path) -> tuple[int, pd.Index]:
     """(number of records, the address labels) of a segments.bin, checked against its
     trailer; DecodeError when it is not one."""
     size = path.stat().st_size
@@ -84,12 +89,12 @@ def _segment_file(path: Path) -> tuple[int, pd.Index]:
         raise DecodeError(f"{path}: too short for a segments table", 2)
     t = np.fromfile(path, _SEG_TRAILER, count=1, offset=size - _SEG_TRAILER.itemsize)[0]
     n, text_bytes = int(t["n_records"]), int(t["text_bytes"])
-    if t["magic"] != _SEG_MAGIC or int(t["record_size"]) != _SEG_RECORD.itemsize or \
-            n * _SEG_RECORD.itemsize + text_bytes + _SEG_TRAILER.itemsize != size:
+    if t["magic"] != _SEG_MAGIC or int(t["record_size"]) != SEG_RECORD.itemsize or \
+            n * SEG_RECORD.itemsize + text_bytes + _SEG_TRAILER.itemsize != size:
         raise DecodeError(f"{path}: not a segments table of this decoder (remove it to "
                           "decode again)", 2)
     with open(path, "rb") as f:
-        f.seek(n * _SEG_RECORD.itemsize)
+        f.seek(n * SEG_RECORD.itemsize)
         names = f.read(text_bytes).decode().split("\0")[:int(t["n_addrs"])]
     return n, pd.Index(names, dtype=object)
 
@@ -119,7 +124,7 @@ def _segment_frame(cols: dict[str, np.ndarray], labels: pd.Index,
 
 
 def _empty_columns(columns: list[str], n: int) -> dict[str, np.ndarray]:
-    return {c: np.empty(n, _SEG_MEMORY.get(c, np.int64)) for c in columns}
+    return {c: np.empty(n, memory_type(c)) for c in columns}
 
 
 def read_segments(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -127,18 +132,18 @@ def read_segments(path: str | Path, columns: list[str] | None = None) -> pd.Data
     chunk at a time into whole columns; integer columns (each as narrow as its field
     allows), the addresses as categoricals of their text."""
     path = Path(path)
-    n, labels = _segment_file(path)
+    n, labels = segment_file_info(path)
     columns = columns or SEGMENT_COLUMNS
     cols = _empty_columns(columns, n)
     with open(path, "rb") as f:
-        _fill(cols, (np.fromfile(f, _SEG_RECORD, count=min(_CACHE_ROWS, n - i))
+        _fill(cols, (np.fromfile(f, SEG_RECORD, count=min(_CACHE_ROWS, n - i))
                      for i in range(0, n, _CACHE_ROWS)))
     return _segment_frame(cols, labels, columns)
 
 
 def segment_count(path: str | Path) -> int:
     """How many segments a segments.bin holds (its trailer's count, checked)."""
-    return _segment_file(Path(path))[0]
+    return segment_file_info(Path(path))[0]
 
 
 def iter_segments(path: str | Path, rows: int = 1 << 21,
@@ -146,7 +151,7 @@ def iter_segments(path: str | Path, rows: int = 1 << 21,
     """A segments.bin a slice of `rows` records at a time, in file order, as read_segments
     gives them (only `columns`): what a pass over a capture of any length holds in memory."""
     path = Path(path)
-    n, labels = _segment_file(path)
+    n, labels = segment_file_info(path)
     columns = columns or SEGMENT_COLUMNS
     if n == 0:
         yield _segment_frame(_empty_columns(columns, 0), labels, columns)
@@ -155,7 +160,7 @@ def iter_segments(path: str | Path, rows: int = 1 << 21,
         for i in range(0, n, rows):
             m = min(rows, n - i)
             cols = _empty_columns(columns, m)
-            _fill(cols, (np.fromfile(f, _SEG_RECORD, count=min(_CACHE_ROWS, m - j))
+            _fill(cols, (np.fromfile(f, SEG_RECORD, count=min(_CACHE_ROWS, m - j))
                          for j in range(0, m, _CACHE_ROWS)))
             yield _segment_frame(cols, labels, columns)
 
@@ -234,7 +239,21 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
     first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
     src = [str(src_l[i]) for i in src_c[first]]
     dst = [str(dst_l[i]) for i in dst_c[first]]
-    sport, dport = sp[first].tolist(), dp[first].tolist()
+    conn, direction = endpoint_sides(src, sp[first].tolist(), dst, dp[first].tolist(),
+                                     servers, target_ports)
+    # categoricals: millions of segments name a few connections
+    for col, labels in (("conn", conn), ("dir", direction)):
+        lc, lu = pd.factorize(pd.Series(labels, dtype=object))
+        out[col] = pd.Categorical.from_codes(lc[codes], pd.Index(lu, dtype=object))
+    return out
+
+
+def endpoint_sides(src: list[str], sport: list[int], dst: list[str], dport: list[int],
+                   servers: set[tuple[str, int]], target_ports: tuple[int, ...]
+                   ) -> tuple[list[str], list[str]]:
+    """(conn, dir) of each (src, sport, dst, dport): the target is the side on an iSCSI port;
+    failing that, the side that answered a SYN (`servers`: (address, port) of SYN+ACK
+    senders); failing that, the lower port."""
     conn, direction = [], []
     for s, sp, d, dp in zip(src, sport, dst, dport, strict=True):
         if sp in target_ports and dp not in target_ports:
@@ -245,11 +264,7 @@ def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) ->
             tgt = (s, sp) in servers or (sp < dp and (d, dp) not in servers)
         conn.append(conn_key(d, dp, s, sp) if tgt else conn_key(s, sp, d, dp))
         direction.append("t2i" if tgt else "i2t")
-    # categoricals: millions of segments name a few connections
-    for col, labels in (("conn", conn), ("dir", direction)):
-        lc, lu = pd.factorize(pd.Series(labels, dtype=object))
-        out[col] = pd.Categorical.from_codes(lc[codes], pd.Index(lu, dtype=object))
-    return out
+    return conn, direction
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:

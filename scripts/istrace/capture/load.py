@@ -20,30 +20,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture import layout
-from istrace.capture.decoded import (
-    DecodeError,
-    conn_and_dir,
-    read_segments,
-    read_table,
-    segments_file,
-)
+from istrace.capture.decoded import DecodeError, read_table, segments_file
 from istrace.capture.events import load_events
 from istrace.capture.hoststats import load_hoststats
 from istrace.capture.meta import DEFAULT_PORT, read_meta, target_ports
+from istrace.capture.segsource import FileSegments, Segments, as_segments
 from istrace.system.paths import MissingBinary
 
 HOSTS = layout.HOSTS
-# What the analyses read of a segment: the addresses and ports are in conn/dir by then, the
-# frame number and MSS option are the decoder's (istrace.capture.decoded.load_segments has
-# every column), and the timestamp option is read when asked (Capture.segment_columns: only
-# a fallback RTT estimate uses it): 38 bytes a row held instead of 90, millions of rows.
-SEGMENT_COLUMNS = ["ts_ns", "seq", "ack", "flags", "win", "len", "wscale", "sack", "conn",
-                   "dir"]
-# read from segments.bin: those, and the addresses and ports conn and dir are made of
-_READ_COLUMNS = [c for c in SEGMENT_COLUMNS if c not in ("conn", "dir")] + [
-    "src", "sport", "dst", "dport"]
-
-
 class EmptyCapture(ValueError):
     """The directory holds nothing to analyse."""
 
@@ -55,7 +39,9 @@ class Capture:
     pdus: dict[str, pd.DataFrame] = field(default_factory=dict)       # host -> pdus.csv
     commands: dict[str, pd.DataFrame] = field(default_factory=dict)   # host -> commands.csv
     connections: pd.DataFrame | None = None
-    segs: dict[str, pd.DataFrame] = field(default_factory=dict)       # host -> TCP segments
+    # host -> its TCP segments, read from segments.bin a slice at a time (a table given here
+    # is wrapped: istrace.capture.segsource)
+    segs: dict[str, Segments] = field(default_factory=dict)
     events: pd.DataFrame | None = None                                # probe events, both hosts
     sockstats: pd.DataFrame | None = None   # sampled tcp_info of the iSCSI sockets (ss -ti)
     cpu: pd.DataFrame | None = None         # sampled CPU use per CPU and process
@@ -68,6 +54,10 @@ class Capture:
     seg_files: dict[str, Path] = field(default_factory=dict)  # host -> its segments.bin
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.segs = {h: s for h, s in ((h, as_segments(v)) for h, v in self.segs.items())
+                     if s is not None}
 
     @property
     def offset_ns(self) -> int:
@@ -85,17 +75,12 @@ class Capture:
         return "clock offset unknown (no clock.json)"
 
     def segment_columns(self, host: str, columns: list[str]) -> pd.DataFrame | None:
-        """A host's segments with `columns` the loaded table leaves on disk (besides ts_ns,
-        conn and dir), row for row as in `segs`; None without its segments."""
+        """A host's segments with `columns` (besides ts_ns, conn and dir) as one table, row
+        for row as in `segs`; None without its segments."""
         segs = self.segs.get(host)
-        want = ["ts_ns", "conn", "dir", *columns]
-        if segs is not None and set(want) <= set(segs.columns):
-            return segs[want]
-        path = self.seg_files.get(host)
-        if path is None:
+        if segs is None:
             return None
-        raw = read_segments(path, list(dict.fromkeys(_READ_COLUMNS + columns)))
-        return conn_and_dir(raw, self.ports)[want]
+        return segs.frame(["ts_ns", "conn", "dir", *columns])
 
     def main_commands(self) -> pd.DataFrame | None:
         return self.commands.get("initiator", self.commands.get("target"))
@@ -176,9 +161,7 @@ def load_capture(d: str | Path, decode: bool = True,
             else layout.decoded_dir(d, host)
         try:
             cap.seg_files[host] = segments_file(pcap, seg_dir)
-            raw = read_segments(cap.seg_files[host], _READ_COLUMNS)
-            cap.segs[host] = conn_and_dir(raw, cap.ports)[SEGMENT_COLUMNS]
-            del raw
+            cap.segs[host] = FileSegments(cap.seg_files[host], cap.ports)
         except (DecodeError, MissingBinary, OSError) as exc:
             cap.warnings.append(f"{host}.pcap: no TCP segments ({exc})")
             if found is None:

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 from istrace.capture import attribution, tcpseq
 from istrace.capture.labels import label_codes
-from istrace.capture.slices import SLICE_ROWS, payload_slices
+from istrace.capture.segsource import SegmentsLike, as_segments, payload_slices
+from istrace.capture.slices import SLICE_ROWS
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
 LADDER_KINDS = ["SCSI Command", "R2T", "SCSI Data-Out", "SCSI Data-In", "SCSI Response"]
@@ -187,16 +188,7 @@ def idle_gaps(ladder: pd.DataFrame, min_gap_ns: int = 0) -> pd.DataFrame:
 
 
 
-def payload(segs: pd.DataFrame, d: str, columns: tuple[str, ...] = ("ts_ns", "len")
-            ) -> pd.DataFrame:
-    """The payload-carrying segments of direction `d`, only `columns`: a capture's segments
-    are millions of rows of twelve columns, and a filtered copy of all of them for two is
-    most of an analysis' peak memory."""
-    m = ((segs["dir"] == d) & (segs["len"] > 0)).to_numpy()
-    return segs.loc[m, list(columns)]
-
-
-def data_bursts(segs: pd.DataFrame, d: str = "t2i", gap_ns: int = 1_000_000) -> pd.DataFrame:
+def data_bursts(segs: SegmentsLike, d: str = "t2i", gap_ns: int = 1_000_000) -> pd.DataFrame:
     """Runs of payload-carrying segments of one direction separated by less than `gap_ns`.
 
     Columns: start_ns, end_ns, bytes, segments. Drives the idle ratio: the link is busy during
@@ -233,14 +225,14 @@ def data_bursts(segs: pd.DataFrame, d: str = "t2i", gap_ns: int = 1_000_000) -> 
                          for k, c in enumerate(cols)})
 
 
-def burst_gap_threshold(segs: pd.DataFrame, d: str = "t2i") -> int:
+def burst_gap_threshold(segs: SegmentsLike, d: str = "t2i") -> int:
     """Gap that separates bursts: 5x the median spacing of data segments, at least 100 us
     (shorter pauses are the sender's own pacing, not waiting for the other end)."""
     med = median_spacing(segs, d)
     return 1_000_000 if med is None else int(max(5 * med, 100_000))
 
 
-def _spacings(segs: pd.DataFrame, d: str) -> Iterator[np.ndarray]:
+def _spacings(segs: SegmentsLike, d: str) -> Iterator[np.ndarray]:
     """The time between each payload segment of `d` and the next, in time order, by slice."""
     last = None
     for sl in payload_slices(segs, d, ("ts_ns",)):
@@ -249,7 +241,7 @@ def _spacings(segs: pd.DataFrame, d: str) -> Iterator[np.ndarray]:
         last = int(ts[-1])
 
 
-def median_spacing(segs: pd.DataFrame, d: str) -> float | None:
+def median_spacing(segs: SegmentsLike, d: str) -> float | None:
     """The exact median of the spacings (as np.median; None under two), in two passes of
     bounded memory: counts per microsecond-wide bin, then per nanosecond in the one or two
     bins holding the middle ranks (spacings of a second or more counted one by one)."""
@@ -283,19 +275,20 @@ def median_spacing(segs: pd.DataFrame, d: str) -> float | None:
     return float(np.mean([value(r) for r in ((n - 1) // 2, n // 2)]))
 
 
-def payload_totals(segs: pd.DataFrame | None, d: str) -> pd.DataFrame:
+def payload_totals(segs: SegmentsLike | None, d: str) -> pd.DataFrame:
     """Per connection (as a group-by would order them), the payload segments of `d`: bytes,
     segments, first_ns, last_ns, largest (bytes of the largest segment). One pass of slices."""
     cols = ["bytes", "segments", "first_ns", "last_ns", "largest"]
-    if segs is None or segs.empty:
+    src = as_segments(segs)
+    if src is None or src.empty:
         return pd.DataFrame(columns=cols)
-    conn = segs["conn"] if isinstance(segs["conn"].dtype, pd.CategoricalDtype) \
-        else segs["conn"].astype("category")  # categories sorted: a group-by's order
+    conn = src.conn if isinstance(src.conn.dtype, pd.CategoricalDtype) \
+        else src.conn.astype("category")  # categories sorted: a group-by's order
     labels = list(conn.cat.categories)
     k = len(labels)
     nbytes, count, largest = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
     first, last = np.full(k, -1, np.int64), np.full(k, -1, np.int64)
-    for sl in payload_slices(segs, d, ("ts_ns", "len"), extra={"_conn": conn.cat.codes.to_numpy()}):
+    for sl in payload_slices(src, d, ("ts_ns", "len"), extra={"_conn": conn.cat.codes.to_numpy()}):
         c, ln, ts = sl["_conn"].astype(np.int64), sl["len"].astype(np.int64), sl["ts_ns"]
         ok = c >= 0
         c, ln, ts = c[ok], ln[ok], ts[ok]
@@ -360,7 +353,7 @@ def idle_ratio(bursts: pd.DataFrame, start_ns: int | None = None, end_ns: int | 
     return float(1.0 - busy.sum() / total)
 
 
-def throughput(segs: pd.DataFrame | None, d: str = "t2i", bins: int = 200,
+def throughput(segs: SegmentsLike | None, d: str = "t2i", bins: int = 200,
                bin_ns: int | None = None) -> pd.DataFrame:
     """Payload bytes per time bin of one direction: t_ns (bin start), bytes, MBps (1e6 B/s)."""
     cols = ["t_ns", "bytes", "MBps"]
@@ -548,7 +541,7 @@ def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> d
 # ------------------------------------------------------------------------------ tcp seq graph
 
 
-def busiest_conn(segs: pd.DataFrame | None, d: str) -> str | None:
+def busiest_conn(segs: SegmentsLike | None, d: str) -> str | None:
     """The connection that carried the most payload in direction `d` (None: none did)."""
     t = payload_totals(segs, d)
     return None if t.empty else str(t["bytes"].idxmax())
@@ -651,7 +644,7 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
     return out.take(order).reset_index(drop=True)[SPAN_COLUMNS]
 
 
-def segment_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame | None, row: str,
+def segment_spans(pdus: pd.DataFrame | None, segs: SegmentsLike | None, row: str,
                   host: str, d: str = "t2i", offset_ns: int = 0,
                   key: str = "cmd", slice_rows: int = SLICE_ROWS) -> pd.DataFrame:
     """Per command (or per data PDU with key="pdu"; the `cmd` column then holds the PDU's

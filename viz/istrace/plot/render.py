@@ -13,6 +13,7 @@ import pandas as pd
 from istrace.capture.labels import label_codes
 from istrace.capture.load import Capture
 from istrace.capture.meta import one_way_ms
+from istrace.capture.segsource import Segments, row_slices
 from istrace.plot import data
 from istrace.plot.seqgraph import seq_graph
 
@@ -24,15 +25,17 @@ def data_dir(cap: Capture) -> str:
     for segs in cap.segs.values():
         if segs.empty:
             continue
-        codes, labels = label_codes(segs["dir"])  # a sum per label, no group-by's copies
-        ok = codes >= 0
-        by = np.bincount(codes[ok], weights=segs["len"].to_numpy()[ok], minlength=len(labels))
+        codes, labels = label_codes(segs.dir)  # a sum per label, no group-by's copies
+        by = np.zeros(len(labels))
+        for a, b, c in row_slices(segs, ["len"]):
+            ok = codes[a:b] >= 0
+            by += np.bincount(codes[a:b][ok], weights=c["len"][ok], minlength=len(labels))
         if len(by):
             return str(labels[int(np.argmax(by))])
     return "t2i"
 
 
-def sender_segs(cap: Capture, d: str) -> pd.DataFrame | None:
+def sender_segs(cap: Capture, d: str) -> Segments | None:
     """Segments as seen at the data sender (where the seq graph and flight are true)."""
     pref = ("target", "initiator") if d == "t2i" else ("initiator", "target")
     for host in pref:
@@ -74,7 +77,7 @@ def parse_window(text: str | None, t0: int) -> tuple[int, int] | None:
 
 
 def first_ts(cap: Capture) -> int:
-    cands = [int(s["ts_ns"].min()) for s in cap.segs.values() if not s.empty]
+    cands = [t for s in cap.segs.values() if (t := s.ts_min()) is not None]
     cands += [int(p["ts_ns"].min()) for p in cap.pdus.values() if not p.empty]
     return min(cands) if cands else 0
 
@@ -102,7 +105,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
             fig = plots.ladder(rows, window, bursts, 1.0 if d == "t2i" else 0.0)
         elif kind == "tcpseq":
             conn = data.busiest_conn(segs, d)
-            several = segs is not None and segs["conn"].nunique() > 1
+            several = segs is not None and len(segs.conns()) > 1
             fig = plots.tcpseq(seq_graph(segs, d, conn=conn),
                                title=f"TCP sequence / time, {d} (tcptrace style)"
                                + (f", {conn} (the busiest connection)" if several else ""))

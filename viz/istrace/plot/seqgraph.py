@@ -11,16 +11,18 @@ import numpy as np
 import pandas as pd
 from istrace.capture import tcpseq
 from istrace.capture.labels import codes_of
+from istrace.capture.segsource import Segments, SegmentsLike, as_segments
 from istrace.capture.slices import SLICE_ROWS
 from istrace.plot.data import busiest_conn
 from istrace.plot.thin import Thinner
 
 TCP_SYN, TCP_ACK = 0x02, 0x10
 SEG_COLUMNS = ["t_ns", "start", "end", "rtx"]
+_COLUMNS = ("ts_ns", "seq", "len", "ack", "win", "flags", "wscale")  # what a chunk reads
 ACK_COLUMNS = ["t_ns", "ack", "win_edge"]
 
 
-def seq_graph(segs: pd.DataFrame | None, d: str = "t2i", max_points: int = 20000,
+def seq_graph(segs: SegmentsLike | None, d: str = "t2i", max_points: int = 20000,
               conn: str | None = None, rows: int = SLICE_ROWS) -> dict[str, pd.DataFrame]:
     """tcptrace-style data of one connection (`conn`, else the busiest in `d`): segments
     (t_ns, start, end, rtx), acks (t_ns, ack, win_edge), in table order.
@@ -31,6 +33,7 @@ def seq_graph(segs: pd.DataFrame | None, d: str = "t2i", max_points: int = 20000
     """
     empty = {"segments": pd.DataFrame(columns=SEG_COLUMNS),
              "acks": pd.DataFrame(columns=ACK_COLUMNS)}
+    segs = as_segments(segs)
     if segs is None or segs.empty:
         return empty
     conn = conn if conn is not None else busiest_conn(segs, d)
@@ -97,25 +100,25 @@ def _frame(th: Thinner, columns: list[str], n: int, kinds: dict[str, type]) -> p
 class _Graph:
     """One connection's rows of a segments table, a chunk of table rows at a time."""
 
-    def __init__(self, segs: pd.DataFrame, conn: str, d: str, rev: str, rows: int) -> None:
-        self.rows, self.d = rows, d
-        conn_codes, (self.conn_code,) = codes_of(segs["conn"], conn)
-        self.dirs, (dc, rc) = codes_of(segs["dir"], d, rev)
+    def __init__(self, segs: Segments, conn: str, d: str, rev: str, rows: int) -> None:
+        self.rows, self.d, self.segs = rows, d, segs
+        conn_codes, (self.conn_code,) = codes_of(segs.conn, conn)
+        self.dirs, (dc, rc) = codes_of(segs.dir, d, rev)
         self.dir_code = {d: dc, rev: rc}
         self.conn_codes = conn_codes
-        self.cols = {k: segs[k].to_numpy() for k in
-                     ("ts_ns", "seq", "len", "ack", "win", "flags", "wscale")}
 
     def chunks(self) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
                                        np.ndarray]]:
         """(columns, data rows of `d`, ACKs coming back, SYNs) of each chunk, the connection's
-        rows only."""
+        rows only (a chunk with none of them is not read)."""
         n = len(self.conn_codes)
         d, rev = self.dir_code[self.d], next(v for k, v in self.dir_code.items() if k != self.d)
         for a in range(0, n, self.rows):
             b = min(a + self.rows, n)
-            c = {k: v[a:b] for k, v in self.cols.items()} | {"dir": self.dirs[a:b]}
             mine = self.conn_codes[a:b] == self.conn_code
+            if not mine.any():
+                continue
+            c = self.segs.read(_COLUMNS, a, b) | {"dir": self.dirs[a:b]}
             flags = c["flags"]
             yield (c, mine & (c["dir"] == d) & (c["len"] > 0),
                    mine & (c["dir"] == rev) & ((flags & TCP_ACK) != 0),

@@ -14,7 +14,8 @@ import pandas as pd
 from istrace.capture.labels import codes_of, is_
 from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number, one_way_ms
-from istrace.capture.slices import SLICE_ROWS, payload_slices
+from istrace.capture.segsource import payload_slices
+from istrace.capture.slices import SLICE_ROWS
 from istrace.plot import data
 from istrace.plot.render import data_dir, sender_segs
 from istrace.report import accounting
@@ -107,7 +108,7 @@ def dispersion_capacity(cap: Capture, rows: int = SLICE_ROWS) -> float | None:
     if int(totals["segments"].sum()) < 100:
         return None
     mss = int(totals["largest"].max())
-    conn = {"conn": codes_of(recv["conn"])[0]}
+    conn = {"conn": codes_of(recv.conn)[0]}
     rates, carry = [], None
     for sl in payload_slices(recv, d, ("ts_ns", "len"), rows=rows, extra=conn):
         if carry is not None:
@@ -269,11 +270,11 @@ def account(cap: Capture) -> accounting.Accounting | None:
             t0 = min(t0, int(cmds["issue_ts_ns"].min()))
         span = int(per_conn["last_ns"].max()) - t0
         link_busy = float(totals.sum()) / cap_bps / (span / 1e9) if span > 0 else None
-    present = segs["conn"].unique()
+    present = segs.conns()
     for conn, nbytes in totals.items():
         if nbytes < 0.01 * totals.sum():
             continue
-        c = segs if len(present) == 1 else segs[segs["conn"] == conn]  # one: no copy
+        c = segs if len(present) == 1 else segs.only(str(conn))  # one: no copy
         cc = cmds[cmds["conn"].astype(str) == str(conn)] if cmds is not None \
             and "conn" in cmds.columns else cmds
         r2t = np.zeros(0, np.int64)

@@ -1,0 +1,141 @@
+"""Segments read from segments.bin a slice at a time (istrace.capture.segsource.FileSegments)
+are the table read whole (read_segments + conn_and_dir) row for row, and every analysis that
+walks them gives the same answer from either; a pass over the file leaves none of its pages
+in the process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from istrace.capture.decoded import conn_and_dir, read_segments, segments_file
+from istrace.capture.segsource import FileSegments, FrameSegments, payload_slices, row_slices
+from istrace.capture.slices import clean_cuts
+from istrace.plot import data
+from istrace.plot.seqgraph import seq_graph
+from istrace.synth import pcapwriter as pw
+from istrace.track import tracker
+
+PORTS = (3260,)
+ROWS = 64  # many slices of a few thousand rows
+
+
+def _capture(path: Path, seed: int = 1) -> Path:
+    """Three connections interleaved: two to an iSCSI port, one between two other ports
+    (its sides told by its SYN+ACK); clocks that step back now and then."""
+    rng = np.random.default_rng(seed)
+    flows = [pw.Flow(ini_port=40000), pw.Flow(ini_port=40001, ini_isn=4_294_960_000),
+             pw.Flow(ini_port=50000, tgt_ip="10.99.0.3", tgt_port=8080)]
+    todo = [list(f.handshake()) for f in flows]
+    for _ in range(2000):
+        k = int(rng.choice(3, p=[0.6, 0.3, 0.1]))
+        f = flows[k]
+        if rng.random() < 0.7:
+            todo[k] += f.send("t2i", bytes(int(rng.integers(1, 6000))))
+        else:
+            todo[k] += f.send("i2t", bytes(int(rng.integers(0, 100)) or 48))
+    order = [(k, s) for k in range(3) for s in todo[k]]
+    rng.shuffle(order)
+    # each connection's own segments stay in order; the connections interleave
+    byk: dict[int, list[pw.Segment]] = {k: list(todo[k]) for k in range(3)}
+    seq = [byk[k].pop(0) for k, _ in order]
+    flow_of = {id(s): flows[k] for k in range(3) for s in todo[k]}
+    steps = rng.choice([0, 1000, 3000, 20_000, -2000], len(seq), p=[0.2, 0.4, 0.3, 0.07, 0.03])
+    ts = 1_700_000_000_000_000_000 + np.cumsum(steps)
+    packets = []
+    for s, t in zip(seq, ts, strict=True):
+        f = pw.frame(flow_of[id(s)], s)
+        packets.append(pw.Packet(int(t), f, len(f)))
+    pw.write_capture(str(path), packets)
+    return path
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[FileSegments, pd.DataFrame]:
+    d = tmp_path_factory.mktemp("segsource")
+    binf = segments_file(_capture(d / "initiator.pcap"), d / "decoded")
+    whole = conn_and_dir(read_segments(binf), PORTS)
+    return FileSegments(binf, PORTS), whole
+
+
+def test_rows_labels_and_cuts_are_the_whole_tables(both) -> None:
+    src, whole = both
+    assert len(src) == len(whole) > 3000
+    assert len(whole["conn"].cat.categories) == 3
+    for col in ("conn", "dir"):
+        assert list(src.__getattribute__(col).cat.categories) == \
+            list(whole[col].cat.categories)
+        assert (src.__getattribute__(col).cat.codes.to_numpy()
+                == whole[col].cat.codes.to_numpy()).all()
+    assert src.conns() == [str(c) for c in whole["conn"].unique()]
+    ts = whole["ts_ns"].to_numpy()
+    assert src.cuts(ROWS) == clean_cuts(ts, ROWS) and len(src.cuts(ROWS)) > 20
+    assert src.ts_min() == int(ts.min())
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        a = int(rng.integers(0, len(src)))
+        b = a + int(rng.integers(0, 500))
+        got = src.read(["ts_ns", "seq", "ack", "flags", "win", "len", "sack"], a, b)
+        for c, v in got.items():
+            want = whole[c].to_numpy()[a:b]
+            assert v.dtype == want.dtype and (v == want).all(), c
+    pd.testing.assert_frame_equal(src.frame(), whole[src.frame().columns])
+
+
+def test_one_connection_is_the_filtered_table(both) -> None:
+    src, whole = both
+    for conn in src.conns():
+        mine = src.only(conn)
+        want = whole[whole["conn"] == conn].reset_index(drop=True)
+        assert len(mine) == len(want)
+        got = mine.read(["ts_ns", "seq", "len"], 0, len(mine))
+        for c, v in got.items():
+            assert (v == want[c].to_numpy()).all()
+        assert mine.cuts(ROWS) == clean_cuts(want["ts_ns"].to_numpy(), ROWS)
+
+
+def test_analyses_answer_the_same_from_the_file(both) -> None:
+    src, whole = both
+    frame = FrameSegments(whole)
+    for d in ("t2i", "i2t"):
+        pd.testing.assert_frame_equal(data.payload_totals(src, d), data.payload_totals(whole, d))
+        pd.testing.assert_frame_equal(data.data_bursts(src, d, 5000),
+                                      data.data_bursts(whole, d, 5000))
+        for conn in src.conns():
+            a = list(payload_slices(src, d, ("ts_ns", "seq", "len"), conn=conn, rows=ROWS))
+            b = list(payload_slices(frame, d, ("ts_ns", "seq", "len"), conn=conn, rows=ROWS))
+            assert len(a) == len(b) and all(
+                (x[k] == y[k]).all() for x, y in zip(a, b, strict=True) for k in x)
+            g, h = seq_graph(src, d, conn=conn, rows=ROWS), seq_graph(whole, d, conn=conn)
+            for k in g:
+                pd.testing.assert_frame_equal(g[k], h[k])
+    got = tracker.track_pcap(src, None, host="target", dirs=("t2i", "i2t"), slice_rows=ROWS)
+    want = tracker.track_pcap(whole, None, host="target", dirs=("t2i", "i2t"))
+    assert len(got.samples) > 1000
+    for k in ("samples", "states", "events"):
+        pd.testing.assert_frame_equal(getattr(got, k), getattr(want, k))
+    assert got.notes == want.notes
+
+
+def _resident_kib(path: Path) -> int:
+    """This process' resident pages of `path`'s mappings (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(maxsplit=1)[0]
+        if "-" in first and not first.endswith(":"):
+            inside = line.rstrip().endswith(str(path))
+        elif inside and first == "Rss:":
+            total += int(line.split()[1])
+    return total
+
+
+def test_a_pass_gives_the_file_back(both) -> None:
+    src, _ = both
+    n = 0
+    for _a, _b, c in row_slices(src, ["ts_ns", "seq", "len"], rows=ROWS):
+        n += len(c["ts_ns"])
+        # the pages read (and those a fault mapped around them) are given back
+        assert _resident_kib(src.path) <= 64
+    assert n == len(src) and src.path.stat().st_size > 200_000
