@@ -159,20 +159,52 @@ def cpu_saturation(cap: Any, window: tuple[int, int] | None = None) -> dict[str,
     return out
 
 
-def _asof_rows(ts: np.ndarray, values: np.ndarray, rows: np.ndarray,
+Rows = slice | np.ndarray  # some rows of a table: a run of them, or their positions
+
+
+def _rows(mask: np.ndarray) -> Rows:
+    """The rows of `mask`: a slice when they are one run (the tracker's rows of one series
+    are: then nothing is gathered out of millions of samples), else their positions."""
+    n = int(mask.sum())
+    if n == 0:
+        return slice(0, 0)
+    first = int(np.argmax(mask))
+    if mask[first:first + n].all():
+        return slice(first, first + n)
+    return np.flatnonzero(mask)
+
+
+def _count(rows: Rows) -> int:
+    return rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+
+
+def _asof_rows(ts: np.ndarray, values: np.ndarray, rows: Rows,
                at: np.ndarray) -> np.ndarray:
     """The value of a series over its rows `rows` (positions whose times are in order), at or
     before each time in `at` (NaN before the first): the last of those rows, found without
     copying their values out (the tracker's samples are millions)."""
+    if not _count(rows):
+        return np.full(len(at), np.nan)
     k = _before(ts[rows], at)
-    out = values[rows[np.maximum(k, 0)]].astype(np.float64) if len(rows) else \
-        np.full(len(at), np.nan)
+    last = np.maximum(k, 0)
+    pos = rows.start + last if isinstance(rows, slice) else rows[last]
+    out = values[pos].astype(np.float64)
     out[k < 0] = np.nan
     return out
 
 
-def _column(s: pd.DataFrame, name: str) -> np.ndarray:
-    return s[name].to_numpy(np.float64, na_value=np.nan)
+def _in_order(ts: np.ndarray, mask: np.ndarray) -> bool:
+    """Whether the times of the rows of `mask` rise (or stay)."""
+    t = ts[_rows(mask)]
+    return bool((t[1:] >= t[:-1]).all())
+
+
+def float_column(s: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric column as float64, NaN where missing: the column itself when it is one."""
+    col = s[name]
+    if col.dtype == np.float64:  # NaN is its own missing value: the column itself, no copy
+        return col.to_numpy()
+    return col.to_numpy(np.float64, na_value=np.nan)
 
 
 def _by_time(samples: pd.DataFrame, rows: np.ndarray | None) -> tuple[pd.DataFrame, np.ndarray]:
@@ -182,8 +214,7 @@ def _by_time(samples: pd.DataFrame, rows: np.ndarray | None) -> tuple[pd.DataFra
     mine = np.ones(len(samples), bool) if rows is None else rows
     ts = samples["ts_ns"].to_numpy(np.int64)
     src = samples["source"]
-    if all((np.diff(ts[mine & is_(src, s).to_numpy()]) >= 0).all()
-           for s in ("exact", "estimated")):
+    if all(_in_order(ts, mine & is_(src, s).to_numpy()) for s in ("exact", "estimated")):
         return samples, mine
     out = samples[mine].sort_values("ts_ns", kind="stable")
     return out, np.ones(len(out), bool)
@@ -200,20 +231,20 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float,
     s, mine = _by_time(samples, rows)
     src = s["source"]
     ts = s["ts_ns"].to_numpy(np.int64)
-    inflight, rwnd = _column(s, "inflight_bytes"), _column(s, "rwnd")
+    inflight, rwnd = float_column(s, "inflight_bytes"), float_column(s, "rwnd")
     has = ~np.isnan(inflight) & mine
-    est = np.flatnonzero(is_(src, "estimated").to_numpy() & has)
-    if not len(est):
-        est = np.flatnonzero(has)
-    inf = _asof_rows(ts, inflight, est, at)
-    rw = est[~np.isnan(rwnd[est])]
-    if len(rw):
+    est_mask = is_(src, "estimated").to_numpy() & has
+    if not est_mask.any():
+        est_mask = has
+    inf = _asof_rows(ts, inflight, _rows(est_mask), at)
+    rw = _rows(est_mask & ~np.isnan(rwnd))
+    if _count(rw):
         win = _asof_rows(ts, rwnd, rw, at)
         with np.errstate(invalid="ignore"):
             cause[inf >= FULL * win] = "tcp_rwnd"
-    cwnd = _column(s, "cwnd")
-    ex = np.flatnonzero(is_(src, "exact").to_numpy() & ~np.isnan(cwnd) & mine)
-    if len(ex):
+    cwnd = float_column(s, "cwnd")
+    ex = _rows(is_(src, "exact").to_numpy() & ~np.isnan(cwnd) & mine)
+    if _count(ex):
         cw = _asof_rows(ts, cwnd, ex, at) * mss
         todo = (cause == "tcp_window") & ~np.isnan(cw) & ~np.isnan(inf)
         with np.errstate(invalid="ignore"):
@@ -246,13 +277,13 @@ def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
     s, mine = _by_time(samples, rows)
     src = s["source"]
     ts = s["ts_ns"].to_numpy(np.int64)
-    cwnd = _column(s, "cwnd")
-    rows = np.flatnonzero(is_(src, "exact").to_numpy() & ~np.isnan(cwnd) & mine)
-    if len(rows):
+    cwnd = float_column(s, "cwnd")
+    rows = _rows(is_(src, "exact").to_numpy() & ~np.isnan(cwnd) & mine)
+    if _count(rows):
         level = cwnd
         top = float(level[rows].max())
     else:
-        level = _column(s, "inflight_bytes")
+        level = float_column(s, "inflight_bytes")
         est = is_(src, "estimated").to_numpy() & ~np.isnan(level) & mine
         if not est.any():
             return below
@@ -261,7 +292,7 @@ def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
             if not est.any():
                 k = _before(episodes, at)
                 return (k >= 0) & (at - episodes[np.maximum(k, 0)] <= REGROW_NS)
-        rows = np.flatnonzero(est)
+        rows = _rows(est)
         top = float(np.percentile(level[rows], 99))
     now = _asof_rows(ts, level, rows, at)
     with np.errstate(invalid="ignore"):
