@@ -7,6 +7,7 @@ aggregated in `data` first, so every plot draws in seconds whatever the trace si
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -16,6 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from istrace.plot import data  # noqa: E402
 from istrace.plot.thin import thin  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -93,21 +95,20 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
     bx = sender_x + 0.04 * side
     if bursts is not None and not bursts.empty:
         b = bursts[(bursts["end_ns"] >= w0) & (bursts["start_ns"] <= w1)]
-        for r in b.itertuples():
-            a, z = _ms([r.start_ns], t0)[0], _ms([r.end_ns], t0)[0]
-            ax.plot([bx, bx], [a, max(z, a + span_ms / 400)], color="tab:green", lw=5,
-                    solid_capstyle="butt")
+        a, z = _ms(b["start_ns"], t0), _ms(b["end_ns"], t0)
+        # one collection of hundreds of bars: a line each took 0.6 s of a 10 s capture's report
+        _bars(ax, bx, a, np.maximum(z, a + span_ms / 400), color="tab:green")
         gaps = data.gaps_from_bursts(bursts)
         gaps = gaps[(gaps["end_ns"] >= w0) & (gaps["start_ns"] <= w1)]
     else:
         gaps = data.idle_gaps(sel, int(span_ms * 1e6 * 0.02))
     # Label only the gaps that matter at this zoom: the 15 longest above 2% of the window.
     labelled = set(gaps[gaps["gap_ns"] >= 0.02 * (w1 - w0)].nlargest(15, "gap_ns").index)
+    _bars(ax, bx, _ms(gaps["start_ns"], t0), _ms(gaps["end_ns"], t0), color="0.6", alpha=0.5)
     for g in gaps.itertuples():
-        a, z = _ms([g.start_ns], t0)[0], _ms([g.end_ns], t0)[0]
-        ax.plot([bx, bx], [a, z], color="0.6", lw=5, alpha=0.5, solid_capstyle="butt")
         if g.Index not in labelled:
             continue
+        a, z = _ms([g.start_ns], t0)[0], _ms([g.end_ns], t0)[0]
         ax.text(bx + 0.03 * side, (a + z) / 2, f"idle {g.gap_ns / 1e6:.2f} ms",
                 ha="left" if side > 0 else "right", va="center", fontsize=7, color="0.3",
                 clip_on=True)
@@ -124,6 +125,15 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
     ax.legend(handles=[Patch(color=c, label=k) for k, c in KIND_COLORS.items()],
               loc="lower left", fontsize=7, framealpha=0.8)
     return fig
+
+
+def _bars(ax: Axes, x: float, a: np.ndarray, z: np.ndarray, **style: Any) -> None:
+    """Vertical bars at `x` from each `a` to its `z`, drawn as lines are (width 5, square
+    ends)."""
+    if len(a):
+        ax.add_collection(LineCollection(
+            [[(x, lo), (x, hi)] for lo, hi in zip(a, z, strict=True)], lw=5, capstyle="butt",
+            zorder=2, **style), autolim=False)
 
 
 # ------------------------------------------------------------------------------ 2. tcp seq

@@ -92,7 +92,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
     from istrace.plot import plots
 
     made: dict[str, list[Path]] = {}
-    window = parse_window(window_ms, first_ts(cap))
+    window = parse_window(window_ms, first_ts(cap)) if window_ms else None
     d = data_dir(cap)
     segs = sender_segs(cap, d)
     tr = cap.track
