@@ -28,6 +28,8 @@ from istrace.capture.segsource import FileSegments, Segments, as_segments
 from istrace.system.paths import MissingBinary
 
 HOSTS = layout.HOSTS
+
+
 class EmptyCapture(ValueError):
     """The directory holds nothing to analyse."""
 
@@ -51,7 +53,6 @@ class Capture:
     clock: dict[str, Any] = field(default_factory=dict)
     ports: tuple[int, ...] = (DEFAULT_PORT,)  # the iSCSI target port(s) the tables were cut to
     track: Any = None  # istrace.track.of_capture.track_capture fills it in
-    seg_files: dict[str, Path] = field(default_factory=dict)  # host -> its segments.bin
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -160,8 +161,7 @@ def load_capture(d: str | Path, decode: bool = True,
         seg_dir = found if found is not None and (found / layout.SEGMENTS).is_file() \
             else layout.decoded_dir(d, host)
         try:
-            cap.seg_files[host] = segments_file(pcap, seg_dir)
-            cap.segs[host] = FileSegments(cap.seg_files[host], cap.ports)
+            cap.segs[host] = FileSegments(segments_file(pcap, seg_dir), cap.ports)
         except (DecodeError, MissingBinary, OSError) as exc:
             cap.warnings.append(f"{host}.pcap: no TCP segments ({exc})")
             if found is None:

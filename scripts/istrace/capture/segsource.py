@@ -39,6 +39,7 @@ class Segments:
 
     def __init__(self) -> None:
         self._cuts: dict[int, list[int]] = {}
+        self._by_dir: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.conn)
@@ -76,6 +77,19 @@ class Segments:
                 m = int(self.read(["ts_ns"], a, b)["ts_ns"].min())
                 best = m if best is None else min(best, m)
         return best
+
+    def payload_by_dir(self) -> dict[str, int]:
+        """Payload bytes per direction (worked out once: every step asks which direction
+        carried the data)."""
+        if self._by_dir is None:
+            codes, labels = label_codes(self.dir)
+            by = np.zeros(len(labels), np.int64)
+            for a, b, c in row_slices(self, ["len"]):
+                ok = codes[a:b] >= 0
+                by += np.bincount(codes[a:b][ok], weights=c["len"][ok],
+                                  minlength=len(labels)).astype(np.int64)
+            self._by_dir = {str(k): int(v) for k, v in zip(labels, by, strict=True)}
+        return self._by_dir
 
     def conns(self) -> list[str]:
         """The connections present, in order of first appearance."""

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from istrace.capture.labels import label_codes
 from istrace.capture.load import Capture
 from istrace.capture.meta import one_way_ms
-from istrace.capture.segsource import Segments, row_slices
+from istrace.capture.segsource import Segments
 from istrace.plot import data
 from istrace.plot.seqgraph import seq_graph
 
@@ -25,13 +24,9 @@ def data_dir(cap: Capture) -> str:
     for segs in cap.segs.values():
         if segs.empty:
             continue
-        codes, labels = label_codes(segs.dir)  # a sum per label, no group-by's copies
-        by = np.zeros(len(labels))
-        for a, b, c in row_slices(segs, ["len"]):
-            ok = codes[a:b] >= 0
-            by += np.bincount(codes[a:b][ok], weights=c["len"][ok], minlength=len(labels))
-        if len(by):
-            return str(labels[int(np.argmax(by))])
+        by = segs.payload_by_dir()
+        if by:
+            return max(by, key=lambda k: by[k])  # the first of equals, as argmax
     return "t2i"
 
 
