@@ -36,17 +36,15 @@ def _capture(path: Path, seed: int = 1) -> Path:
             todo[k] += f.send("t2i", bytes(int(rng.integers(1, 6000))))
         else:
             todo[k] += f.send("i2t", bytes(int(rng.integers(0, 100)) or 48))
-    order = [(k, s) for k in range(3) for s in todo[k]]
-    rng.shuffle(order)
-    # each connection's own segments stay in order; the connections interleave
-    byk: dict[int, list[pw.Segment]] = {k: list(todo[k]) for k in range(3)}
-    seq = [byk[k].pop(0) for k, _ in order]
-    flow_of = {id(s): flows[k] for k in range(3) for s in todo[k]}
-    steps = rng.choice([0, 1000, 3000, 20_000, -2000], len(seq), p=[0.2, 0.4, 0.3, 0.07, 0.03])
+    # the connections interleave at random; each one's own segments stay in order
+    turns = np.repeat(np.arange(3), [len(t) for t in todo])
+    rng.shuffle(turns)
+    nxt = [iter(t) for t in todo]
+    steps = rng.choice([0, 1000, 3000, 20_000, -2000], len(turns), p=[0.2, 0.4, 0.3, 0.07, 0.03])
     ts = 1_700_000_000_000_000_000 + np.cumsum(steps)
     packets = []
-    for s, t in zip(seq, ts, strict=True):
-        f = pw.frame(flow_of[id(s)], s)
+    for k, t in zip(turns, ts, strict=True):
+        f = pw.frame(flows[k], next(nxt[k]))
         packets.append(pw.Packet(int(t), f, len(f)))
     pw.write_capture(str(path), packets)
     return path
@@ -65,9 +63,9 @@ def test_rows_labels_and_cuts_are_the_whole_tables(both) -> None:
     assert len(src) == len(whole) > 3000
     assert len(whole["conn"].cat.categories) == 3
     for col in ("conn", "dir"):
-        assert list(src.__getattribute__(col).cat.categories) == \
+        assert list(getattr(src, col).cat.categories) == \
             list(whole[col].cat.categories)
-        assert (src.__getattribute__(col).cat.codes.to_numpy()
+        assert (getattr(src, col).cat.codes.to_numpy()
                 == whole[col].cat.codes.to_numpy()).all()
     assert src.conns() == [str(c) for c in whole["conn"].unique()]
     ts = whole["ts_ns"].to_numpy()
