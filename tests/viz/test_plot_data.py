@@ -143,11 +143,12 @@ def test_seq_graph_and_throughput(cap1):
 def test_track_on_capture(cap1):
     cap, t = cap1
     tr = cap.track
-    ex = tr.samples[tr.samples["source"] == "exact"]
+    samples = tr.samples.frame()
+    ex = samples[samples["source"] == "exact"]
     assert len(ex) == 16 and ex["cwnd"].tolist() == [10 + k for k in range(0, 64, 4)]
     cwr = tr.states[tr.states["state"] == "CWR"]
     assert cwr[["start_ns", "end_ns"]].values.tolist() == [[t.resp[2], t.resp[2] + 1_000_000]]
-    est = tr.samples[(tr.samples["source"] == "estimated") & (tr.samples["dir"] == "t2i")]
+    est = samples[(samples["source"] == "estimated") & (samples["dir"] == "t2i")]
     assert (est["host"] == "target").all()
     assert est["inflight_bytes"].max() <= 32768 + 96 and est["inflight_bytes"].iloc[-1] == 0
     rtt = est["rtt_us"].dropna()

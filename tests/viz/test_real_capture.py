@@ -143,7 +143,7 @@ def test_tracker_and_seq_graph(real):
     out, _ = real
     cap = load_tracked(out)
     tr = cap.track
-    s = tr.samples[(tr.samples["dir"] == "t2i") & (tr.samples["host"] == "target")]
+    s = tr.samples.frame(dir="t2i", host="target")
     t2i_total = cap.segs["target"].frame().query("dir == 't2i'")["len"].sum()
     assert s["inflight_bytes"].min() >= 0 and s["inflight_bytes"].max() <= t2i_total
     assert s["inflight_bytes"].iloc[-1] == 0  # everything acknowledged at the end

@@ -56,7 +56,8 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     # The tracker's slices carry real losses across their cuts: any slicing, the same rows.
     one, sliced = (tracker.track_pcap(cap.segs["target"], cap.main_pdus(), host="target",
                                       dirs=("t2i",), slice_rows=rows) for rows in (10**9, 997))
-    for name in ("samples", "events", "states"):
+    pd.testing.assert_frame_equal(sliced.samples.frame(), one.samples.frame())
+    for name in ("events", "states"):
         pd.testing.assert_frame_equal(getattr(sliced, name), getattr(one, name))
     diag = diagnosis.diagnose(cap)
     assert "emulated path" in " ".join(diag["findings"])

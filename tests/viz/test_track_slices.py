@@ -59,11 +59,11 @@ def test_any_slicing_gives_the_rows_of_one_slice(seed):
     # the transfer exercises what the slices carry across their cuts
     assert {"retransmit", "dupack", "loss_episode"} <= kinds, kinds
     assert {"Recovery", "Loss"} <= set(one.states["state"]), one.states
-    assert one.samples["rtt_us"].notna().sum() > 50
+    assert one.samples.frame()["rtt_us"].notna().sum() > 50
     for rows in (1, 2, 3, 7, 64, 301):
         got = track.track_pcap(segs, None, host="target", dirs=("t2i", "i2t"),
                                slice_rows=rows)
-        pd.testing.assert_frame_equal(got.samples, one.samples)
+        pd.testing.assert_frame_equal(got.samples.frame(), one.samples.frame())
         pd.testing.assert_frame_equal(got.events, one.events)
         pd.testing.assert_frame_equal(got.states, one.states)
 
@@ -84,7 +84,7 @@ def test_karn_ignores_only_retransmissions_sent_before_the_ack():
             seg(42, "i", ISN_I + 1, b + 2000),             # ambiguous: no sample
             seg(43, "i", ISN_I + 1, b + 3000)]             # RTT 11 ms
     segs = conn_and_dir(pd.DataFrame(rows))
-    s = track.track_pcap(segs, None, host="target", dirs=("t2i",)).samples
+    s = track.track_pcap(segs, None, host="target", dirs=("t2i",)).samples.frame()
     acks = s.set_index("ts_ns")["rtt_us"]
     assert acks[40 * 10**6] == 10_000
     assert np.isnan(acks[42 * 10**6])

@@ -50,7 +50,7 @@ def test_pcap_estimates_known_truth():
                          "tcp_seq": [(ISN_T + 1) % 2**32, (ISN_T + 1 + 5000) % 2**32],
                          "cmd": [0, 1]})
     res = track.track_pcap(segs, pdus, host="target", dirs=("t2i",))
-    s = res.samples
+    s = res.samples.frame()
     assert (s["source"] == "estimated").all() and set(s["dir"]) == {"t2i"}
     # In flight: 10 segments out by 39 ms with 1000 acked at 40 ms -> 10000 - 2000 at 41 ms.
     at = s.set_index("ts_ns")["inflight_bytes"]
@@ -107,7 +107,7 @@ def test_probe_events_exact():
                                                                      None, None, None],
     })
     res = track.track_events(ev)
-    s = res.samples
+    s = res.samples.frame()
     assert len(s) == 4 and (s["source"] == "exact").all() and (s["dir"] == "t2i").all()
     assert s["cwnd"].tolist() == [10, 20, 10, 12]
     st = res.states
@@ -137,7 +137,7 @@ def read_with_commands() -> pd.DataFrame:
 def test_command_only_direction_keeps_changes_only():
     segs = conn_and_dir(read_with_commands())
     res = track.track_pcap(segs, None, host="initiator", dirs=("i2t", "t2i"))
-    s = res.samples
+    s = res.samples.frame()
     i2t, t2i = s[s["dir"] == "i2t"], s[s["dir"] == "t2i"]
     # the data direction: a row per data segment and per initiator segment ACKing it (the
     # handshake's last, the 4 commands, 16 delayed ACKs), as before

@@ -5,14 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from istrace.capture.load import Capture, load_capture
+from istrace.capture.tracksamples import SampleWriter
 from istrace.track import tracker as track
 
 
-def track_capture(cap: Capture) -> track.TrackResult:
-    """Each data direction is best seen where it is sent; with one pcap, both from there."""
+def track_capture(cap: Capture, out: Path | None = None) -> track.TrackResult:
+    """Each data direction is best seen where it is sent; with one pcap, both from there.
+    With `out`, the samples are written there (track.parquet) as they are made and read back
+    from it where a step asks: none are held (a row per packet: millions)."""
+    if out is None:
+        return _track(cap, None)
+    with SampleWriter(out) as w:
+        res = _track(cap, w)
+    res.samples = w.close()
+    return res
+
+
+def _track(cap: Capture, sink: SampleWriter | None) -> track.TrackResult:
     res = track.TrackResult()
     if cap.events is not None:
-        res.extend(track.track_events(cap.events))
+        res.extend(track.track_events(cap.events, sink))
     else:
         res.notes.append("no probe events (events-*.jsonl): cwnd/ssthresh/CA state unknown, "
                          "pcap estimates only")
@@ -20,7 +32,7 @@ def track_capture(cap: Capture) -> track.TrackResult:
     both = len(cap.segs) == 2
     for host, segs in cap.segs.items():
         dirs = (("t2i",) if host == "target" else ("i2t",)) if both else ("i2t", "t2i")
-        res.extend(track.track_pcap(segs, pdus, host=host, dirs=dirs))
+        res.extend(track.track_pcap(segs, pdus, host=host, dirs=dirs, sink=sink))
     if not cap.segs:
         res.notes.append("no initiator.pcap/target.pcap: no pcap estimates")
     return res

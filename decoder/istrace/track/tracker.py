@@ -8,8 +8,9 @@ Two sources, said in the `source` column of every row:
              retransmissions, duplicate ACKs and loss episodes (and which iSCSI command each
              loss hit, from the PDUs' TCP sequence ranges).
 
-Three tables come out (`TrackResult`): `samples` (one row per observation), `states` (CA-state
-intervals) and `events` (retransmit / dupack / loss_episode marks).
+Three tables come out (`TrackResult`): `samples` (one row per observation, istrace.capture.
+tracksamples: in memory, or written to track.parquet as they are made when a `SampleWriter` is
+given), `states` (CA-state intervals) and `events` (retransmit / dupack / loss_episode marks).
 """
 
 from __future__ import annotations
@@ -24,14 +25,12 @@ from istrace.capture.labels import codes_of, label_codes
 from istrace.capture.segsource import Segments, SegmentsLike, as_segments, row_slices
 from istrace.capture.slices import SLICE_ROWS
 from istrace.capture.tcpseq import unwrap
+from istrace.capture.tracksamples import COLUMNS as SAMPLE_COLUMNS
+from istrace.capture.tracksamples import FrameSamples, Key, Samples, SampleWriter
 from istrace.system import freed
 from istrace.track import estimate
 from pandas.api.types import union_categoricals
 
-SAMPLE_COLUMNS = [
-    "ts_ns", "conn", "dir", "host", "source", "cwnd", "ssthresh", "srtt_us", "rtt_us",
-    "inflight_pkts", "inflight_bytes", "rwnd", "delivery_rate_bps", "ca_state",
-]
 STATE_COLUMNS = ["conn", "dir", "host", "source", "state", "start_ns", "end_ns"]
 EVENT_COLUMNS = ["ts_ns", "conn", "dir", "host", "source", "kind", "seq", "bytes", "cmd", "note"]
 CA_STATES = ["Open", "Disorder", "CWR", "Recovery", "Loss"]
@@ -41,14 +40,23 @@ _U32 = 1 << 32
 
 @dataclass
 class TrackResult:
-    samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SAMPLE_COLUMNS))
+    samples: Samples = field(default_factory=FrameSamples)
     states: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STATE_COLUMNS))
     events: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVENT_COLUMNS))
     notes: list[str] = field(default_factory=list)
 
     def extend(self, other: TrackResult) -> None:
-        """Append `other`'s tables (its own are used up: their columns move here)."""
-        self.samples = _concat([self.samples, other.samples], SAMPLE_COLUMNS)
+        """Append `other`'s tables (its own are used up: their columns move here). Samples
+        in memory are joined; written ones are the writer's (`SampleWriter.close`)."""
+        if other.samples.empty:
+            pass
+        elif self.samples.empty:
+            self.samples = other.samples
+        elif isinstance(self.samples, FrameSamples) and isinstance(other.samples, FrameSamples):
+            self.samples = FrameSamples(_concat([self.samples.df, other.samples.df],
+                                                SAMPLE_COLUMNS))
+        else:
+            raise ValueError("samples written to a file join only through their writer")
         self.states = _concat([self.states, other.states], STATE_COLUMNS)
         self.events = _concat([self.events, other.events], EVENT_COLUMNS)
         self.notes += other.notes
@@ -101,8 +109,9 @@ def _const(n: int, value: str) -> pd.Categorical:
     return pd.Categorical.from_codes(np.zeros(n, np.int8), [value])
 
 
-def track_events(events: pd.DataFrame) -> TrackResult:
-    """Exact time series from probe event records (docs/schema.md §1, layer == 'tcp')."""
+def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> TrackResult:
+    """Exact time series from probe event records (docs/schema.md §1, layer == 'tcp'); the
+    samples written to `sink` when given."""
     res = TrackResult()
     if events is None or events.empty or "layer" not in events.columns:
         return res
@@ -144,7 +153,7 @@ def track_events(events: pd.DataFrame) -> TrackResult:
         if "ca_state" in probe.columns:
             ca_code, ca_uniq = label_codes(probe["ca_state"])
             ca_col = pd.Categorical.from_codes(ca_code, pd.Index(ca_uniq).astype(object))
-        res.samples = _frame({
+        samples = _frame({
             "ts_ns": probe["ts_ns"].to_numpy(np.int64), "conn": cat(c_code[is_probe], c_uniq),
             "dir": cat(d_code[is_probe], dirs), "host": cat(h_code[is_probe], h_uniq),
             "source": _const(n, "exact"),
@@ -155,12 +164,16 @@ def track_events(events: pd.DataFrame) -> TrackResult:
         nxt, una = _num(probe, "seq"), _num(probe, "ack")
         key = c_code[is_probe].astype(np.int64) * 2 + d_code[is_probe]
         if una is not None:
-            res.samples["delivery_rate_bps"] = _probe_delivery_rate(
-                res.samples["ts_ns"].to_numpy(np.int64), una, key)
+            samples["delivery_rate_bps"] = _probe_delivery_rate(
+                samples["ts_ns"].to_numpy(np.int64), una, key)
         if nxt is not None and una is not None:
             # tcp_probe's seq/ack are the socket's snd_nxt/snd_una: bytes not yet acknowledged.
-            res.samples["inflight_bytes"] = np.where(np.isnan(nxt) | np.isnan(una), np.nan,
-                                                     np.mod(nxt - una, _U32))
+            samples["inflight_bytes"] = np.where(np.isnan(nxt) | np.isnan(una), np.nan,
+                                                 np.mod(nxt - una, _U32))
+        if sink is not None:
+            sink.write_all(samples)
+        else:
+            res.samples = FrameSamples(samples)
     ts_ev = ev["ts_ns"].to_numpy(np.int64)
     key_all = c_code.astype(np.int64) * 2 + d_code
     is_cs = is_event("cong_state")
@@ -257,13 +270,14 @@ def _window_scales(segs: Segments) -> dict[tuple[str, str], int | None]:
 def track_pcap(segs: SegmentsLike | None, pdus: pd.DataFrame | None = None,
                host: str = "initiator", dirs: tuple[str, ...] = ("i2t", "t2i"),
                dupack_threshold: int = 3, reorder_window_ns: int = 3_000_000,
-               slice_rows: int = SLICE_ROWS) -> TrackResult:
+               slice_rows: int = SLICE_ROWS, sink: SampleWriter | None = None) -> TrackResult:
     """Estimated time series from one capture point's segments (with `conn`/`dir` columns).
 
     `dirs` picks the data directions to track; a direction is best tracked at its sender's
     capture point (t2i at the target), where in-flight bytes are what the sender had out.
     Each direction is tracked `slice_rows` segments at a time (any value: the same rows),
-    read from the segments a slice at a time.
+    read from the segments a slice at a time; with a `sink`, each slice's samples are written
+    there as they are made (none held).
     """
     res = TrackResult()
     segs = as_segments(segs)
@@ -278,7 +292,7 @@ def track_pcap(segs: SegmentsLike | None, pdus: pd.DataFrame | None = None,
                 res.notes.append(f"{conn}: SYN not captured, receive window unscaled (raw)")
                 scales[(conn, d)] = 0
             sub = _track_one(c, conn, d, host, scales, pdus, dupack_threshold,
-                             reorder_window_ns, slice_rows)
+                             reorder_window_ns, slice_rows, sink)
             if sub is not None:
                 res.extend(sub)
     res.notes = list(dict.fromkeys(res.notes))
@@ -287,8 +301,8 @@ def track_pcap(segs: SegmentsLike | None, pdus: pd.DataFrame | None = None,
 
 def _track_one(c: Segments, conn: str, d: str, host: str,
                scales: dict[tuple[str, str], int | None], pdus: pd.DataFrame | None,
-               dupack_threshold: int, reorder_window_ns: int, slice_rows: int
-               ) -> TrackResult | None:
+               dupack_threshold: int, reorder_window_ns: int, slice_rows: int,
+               sink: SampleWriter | None = None) -> TrackResult | None:
     """One direction of one connection, fed to `estimate.Direction` a slice at a time, each
     slice read when it is fed (twice: the plan's pass, then the samples')."""
     rev = "t2i" if d == "i2t" else "i2t"
@@ -307,22 +321,30 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
     tr = estimate.Direction(conn, d, host, plan, scales.get((conn, rev)) or 0,
                             _cmd_lookup(pdus, conn, d, plan.base), dupack_threshold,
                             reorder_window_ns)
-    parts = [tr.feed(col, snd, from_rev) for col, snd, from_rev in slices()]
+    key = Key(conn, d, host, "estimated")
+    parts = []
+    for col, snd, from_rev in slices():
+        part = tr.feed(col, snd, from_rev)
+        if sink is None:
+            parts.append(part)
+        elif len(part["ts_ns"]):
+            sink.write(key, part)
     states, events = tr.finish()
     freed.give_back()  # the slices' temporaries, before the whole columns are made
-    cols = {}
-    for k in list(parts[0]):
-        cols[k] = np.concatenate([p.pop(k) for p in parts])
-        # this column's slices go back now: the slices and the columns are never all held
-        # at once (on a 60 s capture they would be 0.3 GB more at the report's peak)
-        freed.give_back()
-    n = len(cols["ts_ns"])
     res = TrackResult()
-    res.samples = _frame({
-        **cols, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
-        "source": _const(n, "estimated"),
-        "ca_state": pd.Categorical.from_codes(np.full(n, -1, np.int8), CA_STATES)},
-        SAMPLE_COLUMNS, n)
+    if parts:
+        cols = {}
+        for k in list(parts[0]):
+            cols[k] = np.concatenate([p.pop(k) for p in parts])
+            # this column's slices go back now: the slices and the columns are never all
+            # held at once
+            freed.give_back()
+        n = len(cols["ts_ns"])
+        res.samples = FrameSamples(_frame({
+            **cols, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
+            "source": _const(n, "estimated"),
+            "ca_state": pd.Categorical.from_codes(np.full(n, -1, np.int8), CA_STATES)},
+            SAMPLE_COLUMNS, n))
     res.states = pd.DataFrame(states, columns=STATE_COLUMNS)
     if events:
         ev = pd.DataFrame(events, columns=["ts_ns", "kind", "seq", "bytes", "cmd", "note"])

@@ -13,16 +13,23 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from istrace.capture import layout
+from istrace.capture.tracksamples import FileSamples, SamplesLike, as_samples, write_samples
 
 
-def write_track_tables(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
+def write_track_tables(samples: SamplesLike, states: pd.DataFrame, events: pd.DataFrame,
                        out: Path) -> list[Path]:
     """The tracker's three tables (layout.track_files) beside each other: Parquet (a sample
     per packet makes millions of rows: 2.4 s of CSV for the 2 M of a 10 s full-rate
-    capture), CSV when `out` ends in .csv."""
+    capture), CSV when `out` ends in .csv. Samples already written to `out` (the tracker's
+    SampleWriter) stay as they are."""
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = list(layout.track_files(out))
-    for table, path in zip((samples, states, events), paths, strict=True):
+    s = as_samples(samples)
+    if paths[0].suffix == ".csv":
+        _write_csv(s.frame(), paths[0])
+    elif not (isinstance(s, FileSamples) and s.path.resolve() == paths[0].resolve()):
+        write_samples(s, paths[0])
+    for table, path in zip((states, events), paths[1:], strict=True):
         if path.suffix == ".csv":
             _write_csv(table, path)
         else:

@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments, read_table
 from istrace.capture.load import EmptyCapture, load_capture
@@ -33,16 +34,21 @@ def summary(res: track.TrackResult) -> str:
     lines = []
     if s.empty:
         lines.append("no TCP data found")
-    for (conn, d, src), g in s.groupby(["conn", "dir", "source"], sort=True):
-        part = [f"{conn} {d} [{src}] {len(g)} samples"]
-        if g["cwnd"].notna().any():
-            part.append(f"cwnd max {g['cwnd'].max():.0f} seg")
-        if g["inflight_bytes"].notna().any():
-            part.append(f"in flight max {g['inflight_bytes'].max() / 1024:.0f} KiB")
-        if g["rtt_us"].notna().any():
-            part.append(f"RTT median {g['rtt_us'].median():.0f} us")
-        elif g["srtt_us"].notna().any():
-            part.append(f"srtt median {g['srtt_us'].median():.0f} us")
+    series = sorted({(k.conn, k.dir, k.source) for k, _ in s.keys()})
+    for conn, d, src in series:
+        where = {"conn": conn, "dir": d, "source": src}
+        part = [f"{conn} {d} [{src}] {s.rows(**where)} samples"]
+        top = {c: max((float(v.max()) for v in s.values(c, **where) if len(v)), default=None)
+               for c in ("cwnd", "inflight_bytes")}
+        if top["cwnd"] is not None:
+            part.append(f"cwnd max {top['cwnd']:.0f} seg")
+        if top["inflight_bytes"] is not None:
+            part.append(f"in flight max {top['inflight_bytes'] / 1024:.0f} KiB")
+        rtt = s.column("rtt_us", **where)
+        if len(rtt):
+            part.append(f"RTT median {np.median(rtt):.0f} us")
+        elif len(srtt := s.column("srtt_us", **where)):
+            part.append(f"srtt median {np.median(srtt):.0f} us")
         lines.append(", ".join(part))
     ev = res.events
     if not ev.empty:
@@ -77,8 +83,9 @@ def main(argv: list[str]) -> int:
             cap = load_capture(src, ports=ports_of(args))
             if pdus is not None:
                 cap.pdus["initiator"] = pdus
-            res = track_capture(cap)
             out = Path(args.out) if args.out else src / layout.TRACK
+            # Parquet: the samples written as they are made (a row per packet: millions)
+            res = track_capture(cap, None if out.suffix == ".csv" else out)
         elif src.is_file():
             segs = conn_and_dir(load_segments(src), ports_of(args) or (DEFAULT_PORT,))
             res = track.track_pcap(segs, pdus, host=args.host)

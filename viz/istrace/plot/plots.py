@@ -6,6 +6,7 @@ aggregated in `data` first, so every plot draws in seconds whatever the trace si
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from istrace.capture.tracksamples import Samples, SamplesLike, as_samples  # noqa: E402
 from istrace.plot import data  # noqa: E402
-from istrace.plot.thin import thin  # noqa: E402
+from istrace.plot.thin import Thinner, thin  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -174,19 +176,47 @@ def tcpseq(graph: dict[str, pd.DataFrame], title: str = "TCP sequence / time (da
 # ------------------------------------------------------------------------------ 3. cwnd
 
 
-def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
+def _thinned(s: Samples, d: str, column: str, max_points: int) -> pd.DataFrame:
+    """thin() of one column's rows of direction d (missing values left out), in time order,
+    read a chunk at a time twice: the rows and time range first, then the thinning. The
+    pcap's estimates when there are any (the probes' are few, and merging both in time order
+    would hold them all)."""
+    source = "estimated" if s.rows(dir=d, source="estimated") else None
+    def rows() -> Iterator[dict[str, np.ndarray]]:
+        for c in s.timed(["ts_ns", column], dir=d, source=source):
+            v = c[column].to_numpy(np.float64, na_value=np.nan)
+            ok = ~np.isnan(v)
+            yield {"ts_ns": c["ts_ns"].to_numpy(np.int64)[ok], column: v[ok]}
+    n, lo, hi = 0, None, None
+    for c in rows():
+        if len(c["ts_ns"]):
+            n += len(c["ts_ns"])
+            a, b = int(c["ts_ns"].min()), int(c["ts_ns"].max())
+            lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
+    if not n or lo is None or hi is None:
+        return pd.DataFrame({"ts_ns": np.zeros(0, np.int64), column: np.zeros(0)})
+    th = Thinner(n, lo, hi, max_points)
+    for c in rows():
+        th.feed(c, "ts_ns", column)
+    return th.frame(["ts_ns", column])
+
+
+def cwnd(samples: SamplesLike, states: pd.DataFrame, events: pd.DataFrame,
          thr: pd.DataFrame | None = None, d: str = "t2i",
          title: str = "Congestion window and CA state") -> Figure:
-    # masks over the samples, and copies of only the rows and columns drawn: the tracker's
-    # samples are a row per segment and ACK, millions at full rate
-    mine = (samples["dir"] == d).to_numpy(dtype=bool, na_value=False) if not samples.empty \
-        else np.zeros(0, bool)
-    if not mine.any():
+    # the tracker's samples are a row per segment and ACK, millions at full rate: read a
+    # chunk at a time, only the rows and columns drawn kept
+    s = as_samples(samples)
+    if not s.rows(dir=d):
         return empty_figure(title, f"no TCP samples for direction {d}")
-    ts_all = samples["ts_ns"].to_numpy(np.int64)
-    t0, t_end = int(ts_all[mine].min()), int(ts_all[mine].max())
+    span = [(int(c["ts_ns"].min()), int(c["ts_ns"].max())) for c in s.chunks(["ts_ns"], dir=d)
+            if len(c)]
+    t0, t_end = min(a for a, _ in span), max(b for _, b in span)
     fig, ax = plt.subplots(figsize=(10, 5))
-    exact = samples.loc[mine & samples["cwnd"].notna().to_numpy(), ["ts_ns", "cwnd", "ssthresh"]]
+    # cwnd is the probes' (exact): the pcap's estimates have none
+    parts = [c[c["cwnd"].notna()] for c in s.timed(["ts_ns", "cwnd", "ssthresh"], dir=d,
+                                                   source="exact")]
+    exact = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if not exact.empty:
         ex = thin(exact, "ts_ns", "cwnd", 30000)
         ax.step(_ms(ex["ts_ns"], t0), ex["cwnd"], where="post", color="tab:blue",
@@ -197,9 +227,7 @@ def cwnd(samples: pd.DataFrame, states: pd.DataFrame, events: pd.DataFrame,
                     ls="--", label="ssthresh [segments]")
         ax.set_ylabel("segments")
     else:
-        est = thin(samples.loc[mine & samples["inflight_bytes"].notna().to_numpy(),
-                                    ["ts_ns", "inflight_bytes"]], "ts_ns", "inflight_bytes",
-                        30000)
+        est = _thinned(s, d, "inflight_bytes", 30000)
         ax.step(_ms(est["ts_ns"], t0), est["inflight_bytes"] / 1024, where="post",
                 color="tab:blue", lw=0.8, label="bytes in flight [KiB] (estimated from pcap)")
         ax.set_ylabel("KiB in flight (cwnd unknown without probes)")

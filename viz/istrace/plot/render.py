@@ -45,9 +45,9 @@ def one_way_ns(cap: Capture) -> int | None:
     if v is not None and v > 0:
         return int(v * 1e6)
     if cap.track is not None and not cap.track.samples.empty:
-        r = cap.track.samples["rtt_us"].dropna()
-        if not r.empty:
-            return int(r.median() * 500)
+        r = cap.track.samples.column("rtt_us")
+        if len(r):
+            return int(np.median(r) * 500)
     return None
 
 

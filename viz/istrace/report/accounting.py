@@ -22,13 +22,15 @@ apart without probe events are named with `unsure` reasons rather than guessed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from istrace.capture.labels import is_
+from istrace.capture.tracksamples import Samples, SamplesLike, as_samples
 from istrace.plot import data
+from istrace.report import orderstat
 
 LOSS_STATES = ("Recovery", "Loss")
 # In flight within 10% of a window counts as that window being full (one MSS of slack at the
@@ -159,46 +161,6 @@ def cpu_saturation(cap: Any, window: tuple[int, int] | None = None) -> dict[str,
     return out
 
 
-Rows = slice | np.ndarray  # some rows of a table: a run of them, or their positions
-
-
-def _rows(mask: np.ndarray) -> Rows:
-    """The rows of `mask`: a slice when they are one run (the tracker's rows of one series
-    are: then nothing is gathered out of millions of samples), else their positions."""
-    n = int(mask.sum())
-    if n == 0:
-        return slice(0, 0)
-    first = int(np.argmax(mask))
-    if mask[first:first + n].all():
-        return slice(first, first + n)
-    return np.flatnonzero(mask)
-
-
-def _count(rows: Rows) -> int:
-    return rows.stop - rows.start if isinstance(rows, slice) else len(rows)
-
-
-def _asof_rows(ts: np.ndarray, values: np.ndarray, rows: Rows,
-               at: np.ndarray) -> np.ndarray:
-    """The value of a series over its rows `rows` (positions whose times are in order), at or
-    before each time in `at` (NaN before the first): the last of those rows, found without
-    copying their values out (the tracker's samples are millions)."""
-    if not _count(rows):
-        return np.full(len(at), np.nan)
-    k = _before(ts[rows], at)
-    last = np.maximum(k, 0)
-    pos = rows.start + last if isinstance(rows, slice) else rows[last]
-    out = values[pos].astype(np.float64)
-    out[k < 0] = np.nan
-    return out
-
-
-def _in_order(ts: np.ndarray, mask: np.ndarray) -> bool:
-    """Whether the times of the rows of `mask` rise (or stay)."""
-    t = ts[_rows(mask)]
-    return bool((t[1:] >= t[:-1]).all())
-
-
 def float_column(s: pd.DataFrame, name: str) -> np.ndarray:
     """A numeric column as float64, NaN where missing: the column itself when it is one."""
     col = s[name]
@@ -207,45 +169,70 @@ def float_column(s: pd.DataFrame, name: str) -> np.ndarray:
     return col.to_numpy(np.float64, na_value=np.nan)
 
 
-def _by_time(samples: pd.DataFrame, rows: np.ndarray | None) -> tuple[pd.DataFrame, np.ndarray]:
-    """(samples, mask of the rows to read) where each source's rows to read are in time order:
-    the tracker's are (then no copy: `rows` picks one connection and direction out of all the
-    samples); others are sorted (a copy of those rows)."""
-    mine = np.ones(len(samples), bool) if rows is None else rows
-    ts = samples["ts_ns"].to_numpy(np.int64)
-    src = samples["source"]
-    if all(_in_order(ts, mine & is_(src, s).to_numpy()) for s in ("exact", "estimated")):
-        return samples, mine
-    out = samples[mine].sort_values("ts_ns", kind="stable")
-    return out, np.ones(len(out), bool)
+Series = Iterable[tuple[np.ndarray, np.ndarray]]  # (times, values) chunks, times rising
 
 
-def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float,
-                  rows: np.ndarray | None = None) -> np.ndarray:
-    """For each time in `at`: which window held in-flight data back. Bytes in flight and the
-    receive window from the pcap (every segment), the congestion window from probe events
-    (change-only: a steady cwnd has few samples, so in-flight is not read from them)."""
+def _series(s: Samples, column: str, also: str | None = None, **where: str | None) -> Series:
+    """One column of the samples `where` picks, in time order a chunk at a time, the rows
+    where it (and `also`) is missing left out."""
+    cols = ["ts_ns", column] + ([also] if also else [])
+    for c in s.timed(cols, **where):
+        v = float_column(c, column)
+        ok = ~np.isnan(v)
+        if also:
+            ok &= ~np.isnan(float_column(c, also))
+        yield c["ts_ns"].to_numpy(np.int64)[ok], v[ok]
+
+
+def _asof(series: Series, at: np.ndarray) -> tuple[np.ndarray, int]:
+    """(the series' value at or before each time in `at`, NaN before its first; its rows),
+    one chunk at a time: the tracker's samples are millions."""
+    order = np.argsort(at, kind="stable")
+    t = at[order]
+    got = np.full(len(at), np.nan)
+    carry, pos, rows = np.nan, 0, 0
+    for ts, v in series:
+        if not len(ts):
+            continue
+        rows += len(ts)
+        # times before the chunk's first row take the last value before it; those at its
+        # last row's time wait for the next chunk (it may start at the same time)
+        first = int(np.searchsorted(t, ts[0], side="left"))
+        got[pos:max(first, pos)] = carry
+        pos = max(first, pos)
+        end = max(int(np.searchsorted(t, ts[-1], side="left")), pos)
+        got[pos:end] = v[_before(ts, t[pos:end])]
+        pos = end
+        carry = v[-1]
+    got[pos:] = carry
+    out = np.empty(len(at))
+    out[order] = got
+    return out, rows
+
+
+def _window_cause(samples: SamplesLike, at: np.ndarray, mss: float, conn: str | None = None,
+                  d: str | None = None) -> np.ndarray:
+    """For each time in `at`: which window held in-flight data back, over the samples of
+    connection `conn` and direction `d` (None: all). Bytes in flight and the receive window
+    from the pcap (every segment), the congestion window from probe events (change-only: a
+    steady cwnd has few samples, so in-flight is not read from them)."""
     cause = np.full(len(at), "tcp_window", dtype=object)
-    if samples is None or samples.empty:
+    s = as_samples(samples)
+    where: dict[str, str | None] = {"conn": conn, "dir": d}
+    if not s.rows(**where):
         return cause
-    s, mine = _by_time(samples, rows)
-    src = s["source"]
-    ts = s["ts_ns"].to_numpy(np.int64)
-    inflight, rwnd = float_column(s, "inflight_bytes"), float_column(s, "rwnd")
-    has = ~np.isnan(inflight) & mine
-    est_mask = is_(src, "estimated").to_numpy() & has
-    if not est_mask.any():
-        est_mask = has
-    inf = _asof_rows(ts, inflight, _rows(est_mask), at)
-    rw = _rows(est_mask & ~np.isnan(rwnd))
-    if _count(rw):
-        win = _asof_rows(ts, rwnd, rw, at)
+    inf, n = _asof(_series(s, "inflight_bytes", source="estimated", **where), at)
+    src: str | None = "estimated"
+    if not n:  # no pcap estimate: bytes in flight from the probes
+        src = None
+        inf, _ = _asof(_series(s, "inflight_bytes", **where), at)
+    win, n = _asof(_series(s, "rwnd", also="inflight_bytes", source=src, **where), at)
+    if n:
         with np.errstate(invalid="ignore"):
             cause[inf >= FULL * win] = "tcp_rwnd"
-    cwnd = float_column(s, "cwnd")
-    ex = _rows(is_(src, "exact").to_numpy() & ~np.isnan(cwnd) & mine)
-    if _count(ex):
-        cw = _asof_rows(ts, cwnd, ex, at) * mss
+    cw, n = _asof(_series(s, "cwnd", source="exact", **where), at)
+    if n:
+        cw = cw * mss
         todo = (cause == "tcp_window") & ~np.isnan(cw) & ~np.isnan(inf)
         with np.errstate(invalid="ignore"):
             full = inf >= cw - 2 * mss
@@ -257,8 +244,8 @@ def _window_cause(samples: pd.DataFrame, at: np.ndarray, mss: float,
     return cause
 
 
-def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
-                   episodes: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+def _below_ceiling(samples: SamplesLike, at: np.ndarray, sender: str, episodes: np.ndarray,
+                   conn: str | None = None, d: str | None = None) -> np.ndarray:
     """For each time in `at`: whether the sender's window is below CUT of the highest it
     reached on the connection. After a loss a window held below that is the loss's doing (a
     loss-free sender's window would have grown on); one at its ceiling is held there by
@@ -272,29 +259,26 @@ def _below_ceiling(samples: pd.DataFrame, at: np.ndarray, sender: str,
     (CI: one retransmission in 4 s of a send-buffer-limited transfer was called 63% loss
     recovery from the initiator's pcap). No samples at all: True."""
     below = np.ones(len(at), bool)
-    if samples is None or samples.empty or not len(at):
+    s = as_samples(samples)
+    where: dict[str, str | None] = {"conn": conn, "dir": d}
+    if s.empty or not len(at):
         return below
-    s, mine = _by_time(samples, rows)
-    src = s["source"]
-    ts = s["ts_ns"].to_numpy(np.int64)
-    cwnd = float_column(s, "cwnd")
-    rows = _rows(is_(src, "exact").to_numpy() & ~np.isnan(cwnd) & mine)
-    if _count(rows):
-        level = cwnd
-        top = float(level[rows].max())
+    cwnd = s.column("cwnd", source="exact", **where)  # probe events: few
+    if len(cwnd):
+        top = float(cwnd.max())
+        now, _ = _asof(_series(s, "cwnd", source="exact", **where), at)
     else:
-        level = float_column(s, "inflight_bytes")
-        est = is_(src, "estimated").to_numpy() & ~np.isnan(level) & mine
-        if not est.any():
+        if not any(len(v) for v in s.values("inflight_bytes", source="estimated", **where)):
             return below
-        if "host" in s.columns:
-            est &= is_(s["host"], sender).to_numpy()
-            if not est.any():
-                k = _before(episodes, at)
-                return (k >= 0) & (at - episodes[np.maximum(k, 0)] <= REGROW_NS)
-        rows = _rows(est)
-        top = float(np.percentile(level[rows], 99))
-    now = _asof_rows(ts, level, rows, at)
+        # the sender's capture point (samples that name none: theirs)
+        host = sender if any(k.host is not None for k, _ in s.keys()) else None
+        mine = {**where, "source": "estimated", "host": host}
+        n = sum(len(v) for v in s.values("inflight_bytes", **mine))
+        if not n:
+            k = _before(episodes, at)
+            return (k >= 0) & (at - episodes[np.maximum(k, 0)] <= REGROW_NS)
+        top = orderstat.quantile(lambda: s.values("inflight_bytes", **mine), 0.99, n)
+        now, _ = _asof(_series(s, "inflight_bytes", **mine), at)
     with np.errstate(invalid="ignore"):
         return ~(now >= CUT * top)
 
@@ -376,12 +360,12 @@ def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
 
 
 def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
-                       r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
+                       r2t_ts: np.ndarray, samples: SamplesLike, states: pd.DataFrame,
                        sock: pd.DataFrame | None, capacity_bps: float | None,
                        cpu: dict[str, float], link_busy: float | None = None,
                        first_loss_ns: int | None = None,
                        pdu_spans: tuple[np.ndarray, np.ndarray] | None = None,
-                       conn: str | None = None, sample_rows: np.ndarray | None = None) -> None:
+                       conn: str | None = None) -> None:
     """Add one connection's data phase (segments of direction acc.direction, as seen at the
     sender) to `acc`, and with `conn` keep its own share in acc.per_connection.
 
@@ -392,7 +376,7 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
     the sender's gaps and bursts gave them."""
     one = Accounting(direction=acc.direction, sender=acc.sender)
     _classify(one, segs, cmds, r2t_ts, samples, states, sock, capacity_bps, cpu, first_loss_ns,
-              pdu_spans, sample_rows)
+              pdu_spans, conn)
     acc.span_ns += one.span_ns
     acc.bytes += one.bytes
     acc.unsure += one.unsure
@@ -419,11 +403,11 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
 
 
 def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
-              r2t_ts: np.ndarray, samples: pd.DataFrame, states: pd.DataFrame,
+              r2t_ts: np.ndarray, samples: SamplesLike, states: pd.DataFrame,
               sock: pd.DataFrame | None, capacity_bps: float | None,
               cpu: dict[str, float], first_loss_ns: int | None,
               pdu_spans: tuple[np.ndarray, np.ndarray] | None,
-              sample_rows: np.ndarray | None) -> None:
+              conn: str | None) -> None:
     """Time per cause of one connection from the sender's bursts and gaps."""
     d = acc.direction
     bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
@@ -525,7 +509,9 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
     if pending.any():
         mss = float(data.payload_totals(segs, d)["largest"].max())
         pa, pb = ga[pending], gb[pending]
-        why = _window_cause(samples, pa, mss, sample_rows)
+        # the connection's samples of this direction (no connection named: all of them)
+        pick = (conn, d) if conn is not None else (None, None)
+        why = _window_cause(samples, pa, mss, *pick)
         inside = _inside(pdu_spans, pa, pb)
         # Inside one PDU the sender had written all of it (tgtd, istrace-gen and the kernel
         # initiator hand a whole PDU to the socket): with neither window full the socket
@@ -545,7 +531,7 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
             # cut), not slow start's; one at its ceiling (never cut: the loss undone, a
             # clamp) is the window's own.
             after = (ga[pending] >= first_loss_ns) & _below_ceiling(
-                samples, pa, acc.sender, _episode_starts(states, first_loss_ns), sample_rows)
+                samples, pa, acc.sender, _episode_starts(states, first_loss_ns), *pick)
             why[after & np.isin(why, ["tcp_cwnd", "tcp_window"])] = "tcp_loss_recovery"
         for cause in np.unique(why):
             acc.add(str(cause), float(gap_left[pending][why == cause].sum()))

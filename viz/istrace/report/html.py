@@ -104,10 +104,9 @@ def report(d: Path, out: Path | None = None,
          "steps)")
     first = forked.start(early)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
-    cap.track = track_capture(cap)
-    if cap.track is not None and not cap.track.samples.empty:
-        write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
-                           d / layout.TRACK)
+    # the samples go to track.parquet as they are made; the steps after read them from there
+    cap.track = track_capture(cap, d / layout.TRACK)
+    write_track_tables(cap.track.samples, cap.track.states, cap.track.events, d / layout.TRACK)
     second = forked.start(lambda: make_plots(cap, d / layout.PLOTS,
                                              [k for k in KINDS if k in late],
                                              formats=("png",), spans=spans))

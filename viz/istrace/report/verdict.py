@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from istrace.capture.labels import codes_of, is_
+from istrace.capture.labels import codes_of
 from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number, one_way_ms
 from istrace.capture.segsource import payload_slices
 from istrace.capture.slices import SLICE_ROWS
 from istrace.plot import data
 from istrace.plot.render import data_dir, sender_segs
-from istrace.report import accounting
+from istrace.report import accounting, orderstat
 from istrace.report.advice import what_would_help
 from istrace.track.echo_rtt import echo_rtt_ms
 
@@ -136,11 +136,9 @@ def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
     r = pd.Series(dtype=float)
     if cap.track is not None and not cap.track.samples.empty:
         s = cap.track.samples
-        mine = (is_(s["dir"], d) & is_(s["host"], sender)).to_numpy()
-        # the one column read, not every column of millions of rows
-        r = s["rtt_us"][mine].dropna()
+        r = pd.Series(s.column("rtt_us", dir=d, host=sender))  # an ACK in tens has one
         if len(r) < 10:
-            r = s["srtt_us"][mine].dropna()
+            r = pd.Series(s.column("srtt_us", dir=d, host=sender))
     if len(r) >= 10:
         p5, lo, mid = (float(r.quantile(0.05)) / 1e3, float(r.min()) / 1e3,
                        float(r.median()) / 1e3)
@@ -281,15 +279,11 @@ def account(cap: Capture) -> accounting.Accounting | None:
         if d == "i2t" and pdus is not None and "opcode_name" in pdus.columns:
             p = pdus[(pdus["opcode_name"] == "R2T") & (pdus["conn"].astype(str) == str(conn))]
             r2t = np.sort(p["ts_ns"].dropna().to_numpy(np.int64))
-        samples = cap.track.samples if cap.track is not None else pd.DataFrame()
-        rows = None
-        if not samples.empty:  # the connection's rows picked out by a mask, not copied out
-            rows = (is_(samples["dir"], d) & is_(samples["conn"], str(conn))).to_numpy()
+        samples = cap.track.samples if cap.track is not None else None
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
-                                      _pdu_spans(pdus, c, seg_host, d), conn=str(conn),
-                                      sample_rows=rows)
+                                      _pdu_spans(pdus, c, seg_host, d), conn=str(conn))
     return acc
 
 
@@ -333,15 +327,14 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev["rcvbuf_max"] = None
     if cap.track is not None and not cap.track.samples.empty:
         s = cap.track.samples
-        mine = is_(s["dir"], d).to_numpy()  # the two columns read, not rows of every column
-        rwnd = accounting.float_column(s, "rwnd")[mine]
-        rwnd = rwnd[~np.isnan(rwnd)]  # one copy of millions of values, sorted in place
-        if len(rwnd):
-            ev["rwnd_max"] = float(rwnd.max())
-            ev["rwnd_median"] = float(np.median(rwnd, overwrite_input=True))
-        cwnd = s["cwnd"][mine & is_(s["source"], "exact").to_numpy()].dropna()
+        # millions of values, a chunk at a time: never all held
+        n, _, top = orderstat.count_range(lambda: s.values("rwnd", dir=d))
+        if n:
+            ev["rwnd_max"] = top
+            ev["rwnd_median"] = orderstat.median(lambda: s.values("rwnd", dir=d), n)
+        cwnd = s.column("cwnd", dir=d, source="exact")  # probe events: few
         if len(cwnd):
-            ev["cwnd_median"] = float(cwnd.median())
+            ev["cwnd_median"] = float(np.median(cwnd))
     sock = getattr(cap, "sockstats", None)
     if isinstance(sock, pd.DataFrame) and "sndbuf_bytes" in sock.columns:
         sb = sock[sock["host"].astype(str) == acc.sender]["sndbuf_bytes"].dropna()
