@@ -26,9 +26,13 @@ COLUMNS = {
 
 @pytest.mark.parametrize("kind", sorted(COLUMNS))
 @pytest.mark.parametrize("gather", [1 << 20, 64])
-def test_quantiles_are_numpys(kind: str, gather: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bit for bit, also when few values may be gathered (more passes narrow the bits)."""
+@pytest.mark.parametrize("distinct", [1 << 16, 0])
+def test_quantiles_are_numpys(kind: str, gather: int, distinct: int,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bit for bit: from the distinct values counted, and from the bits narrowed (also when
+    few values may be gathered: more passes)."""
     monkeypatch.setattr(orderstat, "_GATHER", gather)
+    monkeypatch.setattr(orderstat, "_DISTINCT", distinct)
     rng = np.random.default_rng(len(kind))
     for n in (1, 2, 3, 1000, 54321):
         x = COLUMNS[kind](rng, n)

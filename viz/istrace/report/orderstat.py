@@ -1,7 +1,8 @@
 """Exact quantiles of a column read a chunk at a time (the tracker's samples: millions of
 values never held at once).
 
-The k-th smallest value is found by its bits: each float's 64-bit pattern, turned so that
+Few distinct values (a window, bytes in flight in whole segments) are counted in one pass.
+Otherwise the k-th smallest value is found by its bits: each float's 64-bit pattern, turned so that
 the patterns sort as the numbers do, is narrowed 16 bits a pass (a count per 16-bit prefix)
 until few enough values share the prefix to be gathered. A few passes over the column, memory
 of one chunk and 65536 counts; the result is the value itself, bit for bit, and a quantile is
@@ -71,20 +72,56 @@ def kth(chunks: Chunks, k: int) -> float:
     return _value(prefix)
 
 
+# distinct values counted in one pass (a window or a count of segments in flight takes a
+# few thousand values over millions of samples) up to this many, else narrowed by bits
+_DISTINCT = 1 << 16
+
+
+def _distinct(chunks: Chunks) -> tuple[np.ndarray, np.ndarray] | None:
+    """(sorted distinct values, their counts), or None past _DISTINCT of them."""
+    vals, counts = np.zeros(0), np.zeros(0, np.int64)
+    for v in chunks():
+        if not len(v):
+            continue
+        u, c = np.unique(v, return_counts=True)
+        vals, at = np.unique(np.concatenate([vals, u]), return_inverse=True)
+        counts = np.bincount(at, weights=np.concatenate([counts, c]),
+                             minlength=len(vals)).astype(np.int64)
+        if len(vals) > _DISTINCT:
+            return None
+    return vals, counts
+
+
+def _order_stats(chunks: Chunks, n: int | None,
+                 ranks_of: Callable[[int], list[int]]) -> tuple[int, list[float]]:
+    """(values, the values at the ranks `ranks_of(values)` asks for)."""
+    got = _distinct(chunks)
+    if got is not None:
+        vals, counts = got
+        n = int(counts.sum())
+        ends = np.cumsum(counts)
+        return n, [float(vals[np.searchsorted(ends, r, side="right")]) for r in ranks_of(n)]
+    if n is None:
+        n = count_range(chunks)[0]
+    return n, [kth(chunks, r) for r in ranks_of(n)]
+
+
 def quantile(chunks: Chunks, q: float, n: int | None = None) -> float:
     """numpy.quantile(all values, q) (its default, linear interpolation); NaN when there are
     no values. `n`: the number of values when known (else a pass counts them)."""
-    if n is None:
-        n = count_range(chunks)[0]
+    def ranks(m: int) -> list[int]:
+        if not m:
+            return []
+        lo = int(np.floor((m - 1) * q))
+        return [lo] + ([lo + 1] if lo + 1 < m else [])
+    n, got = _order_stats(chunks, n, ranks)
     if not n:
         return float("nan")
     h = (n - 1) * q
-    lo = int(np.floor(h))
-    a = kth(chunks, lo)
-    t = h - lo
-    if t == 0 or lo + 1 >= n:
-        return a
-    b = kth(chunks, lo + 1)
+    t = h - np.floor(h)
+    if t == 0 or len(got) == 1:
+        return got[0]
+    a, b = got
     d = b - a
     # numpy's lerp: from the nearer end, so that t = 1 gives b exactly
     return a + d * t if t < 0.5 else b - d * (1 - t)
@@ -92,10 +129,8 @@ def quantile(chunks: Chunks, q: float, n: int | None = None) -> float:
 
 def median(chunks: Chunks, n: int | None = None) -> float:
     """numpy.median(all values): the middle one, or the mean of the middle two."""
-    if n is None:
-        n = count_range(chunks)[0]
+    n, got = _order_stats(chunks, n, lambda m: [] if not m else (
+        [m // 2] if m % 2 else [m // 2 - 1, m // 2]))
     if not n:
         return float("nan")
-    if n % 2:
-        return kth(chunks, n // 2)
-    return float(np.mean([kth(chunks, n // 2 - 1), kth(chunks, n // 2)]))
+    return got[0] if len(got) == 1 else float(np.mean(got))
