@@ -64,10 +64,10 @@ def test_asof_over_chunks_is_the_lookup_over_the_whole_series() -> None:
     want = np.where(k >= 0, v[np.maximum(k, 0)], np.nan)
     for size in (1, 2, 7, 100, 5000):
         cuts = range(0, len(ts), size)
-        got, rows = accounting._asof(((ts[a:a + size], v[a:a + size]) for a in cuts), at)
+        got, rows = accounting.asof(((ts[a:a + size], v[a:a + size]) for a in cuts), at)
         np.testing.assert_array_equal(got, want)
         assert rows == len(ts)
-    got, rows = accounting._asof(iter(()), at)
+    got, rows = accounting.asof(iter(()), at)
     assert np.isnan(got).all() and rows == 0
 
 

@@ -184,7 +184,7 @@ def _series(s: Samples, column: str, also: str | None = None, **where: str | Non
         yield c["ts_ns"].to_numpy(np.int64)[ok], v[ok]
 
 
-def _asof(series: Series, at: np.ndarray) -> tuple[np.ndarray, int]:
+def asof(series: Series, at: np.ndarray) -> tuple[np.ndarray, int]:
     """(the series' value at or before each time in `at`, NaN before its first; its rows),
     one chunk at a time: the tracker's samples are millions."""
     order = np.argsort(at, kind="stable")
@@ -221,16 +221,16 @@ def _window_cause(samples: SamplesLike, at: np.ndarray, mss: float, conn: str | 
     where: dict[str, str | None] = {"conn": conn, "dir": d}
     if not s.rows(**where):
         return cause
-    inf, n = _asof(_series(s, "inflight_bytes", source="estimated", **where), at)
+    inf, n = asof(_series(s, "inflight_bytes", source="estimated", **where), at)
     src: str | None = "estimated"
     if not n:  # no pcap estimate: bytes in flight from the probes
         src = None
-        inf, _ = _asof(_series(s, "inflight_bytes", **where), at)
-    win, n = _asof(_series(s, "rwnd", also="inflight_bytes", source=src, **where), at)
+        inf, _ = asof(_series(s, "inflight_bytes", **where), at)
+    win, n = asof(_series(s, "rwnd", also="inflight_bytes", source=src, **where), at)
     if n:
         with np.errstate(invalid="ignore"):
             cause[inf >= FULL * win] = "tcp_rwnd"
-    cw, n = _asof(_series(s, "cwnd", source="exact", **where), at)
+    cw, n = asof(_series(s, "cwnd", source="exact", **where), at)
     if n:
         cw = cw * mss
         todo = (cause == "tcp_window") & ~np.isnan(cw) & ~np.isnan(inf)
@@ -266,7 +266,7 @@ def _below_ceiling(samples: SamplesLike, at: np.ndarray, sender: str, episodes: 
     cwnd = s.column("cwnd", source="exact", **where)  # probe events: few
     if len(cwnd):
         top = float(cwnd.max())
-        now, _ = _asof(_series(s, "cwnd", source="exact", **where), at)
+        now, _ = asof(_series(s, "cwnd", source="exact", **where), at)
     else:
         if not any(len(v) for v in s.values("inflight_bytes", source="estimated", **where)):
             return below
@@ -278,7 +278,7 @@ def _below_ceiling(samples: SamplesLike, at: np.ndarray, sender: str, episodes: 
             k = _before(episodes, at)
             return (k >= 0) & (at - episodes[np.maximum(k, 0)] <= REGROW_NS)
         top = orderstat.quantile(lambda: s.values("inflight_bytes", **mine), 0.99, n)
-        now, _ = _asof(_series(s, "inflight_bytes", **mine), at)
+        now, _ = asof(_series(s, "inflight_bytes", **mine), at)
     with np.errstate(invalid="ignore"):
         return ~(now >= CUT * top)
 
