@@ -50,3 +50,32 @@ def test_a_child_that_dies_is_a_failure_not_a_hang() -> None:
     wait = forked.start(lambda: os._exit(9))
     with pytest.raises(forked.ChildFailed, match="exit status 9"):
         wait()
+
+
+@pytest.mark.parametrize("cpus", [None, 1])
+def test_a_fed_call_gets_what_is_sent_in_order(cpus: int | None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the caller sends while the call runs reaches it in order, with one CPU too (then
+    the call runs at the wait, its gets answered by what was sent)."""
+    if cpus is not None:
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    table = np.arange(10)
+
+    def fed(get: object) -> tuple[int, list[object]]:
+        got = [get(), get()]  # type: ignore[operator]
+        return os.getpid(), got + [int(table.sum())]
+    send, wait = forked.start_fed(fed)
+    send({"track": [1, 2]})
+    send(None)
+    pid, got = wait()
+    assert got == [{"track": [1, 2]}, None, 45]
+    assert (pid == os.getpid()) == (cpus == 1 or (os.cpu_count() or 1) < 2)
+
+
+def test_a_fed_call_that_dies_is_a_failure_and_sending_to_it_is_no_error() -> None:
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the call runs in this process")
+    send, wait = forked.start_fed(lambda get: os._exit(7))
+    with pytest.raises(forked.ChildFailed, match="exit status 7"):
+        wait()
+    send("late")  # the process is gone: nothing to do, nothing raised

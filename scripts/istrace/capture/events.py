@@ -120,7 +120,8 @@ def load_events(d: Path, extras: bool = False) -> pd.DataFrame | None:
         table, _, _ = read_events_table(events_file(d, host), extras)
         if table.num_rows == 0:
             continue
-        df = table.to_pandas()
+        df = table.to_pandas(split_blocks=True, self_destruct=True)  # not held twice
+        del table
         df["host"] = df["host"].fillna(host)
         frames.append(df)
     if not frames:

@@ -15,14 +15,17 @@ rows, as a table filtered by it would hold them).
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 from istrace.capture import decoded
 from istrace.capture.labels import codes_of, label_codes
 from istrace.capture.slices import SLICE_ROWS, clean_cuts_by_block
+
+T = TypeVar("T")
 
 # rows of segments.bin taken per pass of the load's label walk
 _WALK_ROWS = 1 << 18
@@ -39,7 +42,14 @@ class Segments:
 
     def __init__(self) -> None:
         self._cuts: dict[int, list[int]] = {}
-        self._by_dir: dict[str, int] | None = None
+        self._memo: dict[Hashable, Any] = {}
+
+    def cached(self, key: Hashable, make: Callable[[], T]) -> T:
+        """make(), worked out once per `key` for these segments: several steps of a report
+        ask for the same pass over millions of rows (the payload per connection: five)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
         return len(self.conn)
@@ -79,17 +89,17 @@ class Segments:
         return best
 
     def payload_by_dir(self) -> dict[str, int]:
-        """Payload bytes per direction (worked out once: every step asks which direction
-        carried the data)."""
-        if self._by_dir is None:
-            codes, labels = label_codes(self.dir)
-            by = np.zeros(len(labels), np.int64)
-            for a, b, c in row_slices(self, ["len"]):
-                ok = codes[a:b] >= 0
-                by += np.bincount(codes[a:b][ok], weights=c["len"][ok],
-                                  minlength=len(labels)).astype(np.int64)
-            self._by_dir = {str(k): int(v) for k, v in zip(labels, by, strict=True)}
-        return self._by_dir
+        """Payload bytes per direction (every step asks which direction carried the data)."""
+        return self.cached("payload_by_dir", self._payload_by_dir)
+
+    def _payload_by_dir(self) -> dict[str, int]:
+        codes, labels = label_codes(self.dir)
+        by = np.zeros(len(labels), np.int64)
+        for a, b, c in row_slices(self, ["len"]):
+            ok = codes[a:b] >= 0
+            by += np.bincount(codes[a:b][ok], weights=c["len"][ok],
+                              minlength=len(labels)).astype(np.int64)
+        return {str(k): int(v) for k, v in zip(labels, by, strict=True)}
 
     def conns(self) -> list[str]:
         """The connections present, in order of first appearance."""

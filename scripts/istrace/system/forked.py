@@ -1,9 +1,10 @@
 """A call run beside the caller in a forked process, its result brought back by a pipe.
 
-The report's steps after tracking read the same tables and write different files; on a
-machine with a second CPU the plots (matplotlib's rendering: a quarter of a report) run
-there while the diagnosis and the Perfetto trace run here. The child shares the parent's
-tables by fork (copy on write: nothing is pickled but the result)."""
+The report's steps read the same tables and write different files; on a machine with a
+second CPU the plots (matplotlib's rendering: half a report's CPU) run there while the
+tracking, the diagnosis and the Perfetto trace run here. The child shares the parent's tables
+by fork (copy on write: nothing is pickled but the result, and what `start_fed` sends it
+later: the tracker's result, whose samples stay in their file)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import multiprocessing
 import os
 import traceback
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -26,7 +27,7 @@ def start(fn: Callable[[], T]) -> Callable[[], T]:
     once); the returned call waits for its result. What fn raised is raised by that call, as
     the same exception (the forked process's traceback added as a note): a caller handles
     an OSError the same wherever fn ran."""
-    if (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if not _can_fork():
         try:
             value = fn()
         except Exception as exc:  # noqa: BLE001 - raised by the wait, as a forked one is
@@ -36,12 +37,26 @@ def start(fn: Callable[[], T]) -> Callable[[], T]:
                 raise error
             return fail
         return lambda: value
+    return start_fed(lambda _get: fn())[1]
+
+
+def start_fed(fn: Callable[[Callable[[], Any]], T]) -> tuple[Callable[[Any], None],
+                                                               Callable[[], T]]:
+    """Start fn(get) now in a forked process, fed by the caller as it goes: (send, wait).
+    `send(x)` hands x (pickled) to the process, where `get()` returns the next one; `wait()`
+    returns fn's result as start's does. Without a second CPU, fn runs at `wait`, its gets
+    answered by what was sent."""
+    if not _can_fork():
+        sent: list[Any] = []
+        return sent.append, lambda: fn(lambda: sent.pop(0))
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
+    inbox, feed = ctx.Pipe(duplex=False)
 
     def child() -> None:
+        feed.close()
         try:
-            send.send((True, fn()))
+            send.send((True, fn(inbox.recv)))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
             text = traceback.format_exc()
             try:
@@ -54,8 +69,16 @@ def start(fn: Callable[[], T]) -> Callable[[], T]:
     proc = ctx.Process(target=child, daemon=True)  # never outlives a parent that failed
     proc.start()
     send.close()
+    inbox.close()
+
+    def give(x: Any) -> None:
+        try:
+            feed.send(x)
+        except OSError:
+            pass  # the process is gone (or waited for): its wait says why
 
     def wait() -> T:
+        feed.close()
         try:
             ok, value = recv.recv()
         except EOFError:
@@ -72,4 +95,8 @@ def start(fn: Callable[[], T]) -> Callable[[], T]:
                 raise exc
             raise ChildFailed(f"in the forked process:\n{text}")
         return value  # type: ignore[no-any-return]
-    return wait
+    return give, wait
+
+
+def _can_fork() -> bool:
+    return (os.cpu_count() or 1) >= 2 and "fork" in multiprocessing.get_all_start_methods()

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from istrace.capture import attribution, tcpseq
 from istrace.capture.labels import label_codes
-from istrace.capture.segsource import SegmentsLike, as_segments, payload_slices
+from istrace.capture.segsource import Segments, SegmentsLike, as_segments, payload_slices
 from istrace.capture.slices import SLICE_ROWS
 
 DATA_OPS = {"SCSI Data-In", "SCSI Data-Out"}
@@ -278,10 +278,13 @@ def median_spacing(segs: SegmentsLike, d: str) -> float | None:
 def payload_totals(segs: SegmentsLike | None, d: str) -> pd.DataFrame:
     """Per connection (as a group-by would order them), the payload segments of `d`: bytes,
     segments, first_ns, last_ns, largest (bytes of the largest segment). One pass of slices."""
-    cols = ["bytes", "segments", "first_ns", "last_ns", "largest"]
     src = as_segments(segs)
     if src is None or src.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=["bytes", "segments", "first_ns", "last_ns", "largest"])
+    return src.cached(("payload_totals", d), lambda: _payload_totals(src, d)).copy()
+
+
+def _payload_totals(src: Segments, d: str) -> pd.DataFrame:
     conn = src.conn if isinstance(src.conn.dtype, pd.CategoricalDtype) \
         else src.conn.astype("category")  # categories sorted: a group-by's order
     labels = list(conn.cat.categories)

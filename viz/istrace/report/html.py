@@ -7,6 +7,7 @@ import base64
 import html
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,32 +91,35 @@ def report(d: Path, out: Path | None = None,
     step(f"loading {d} (decoding as needed)")
     cap = load_capture(d, ports=ports)
     spans = timeline_spans(cap)  # the timeline plot's and the Perfetto trace's
-    # The plots that need no tracker and the Perfetto trace start now, in a second process
-    # beside the tracking (matplotlib's rendering is a third of a report and the trace a
-    # tenth; neither reads the tracker), the other plots once it is done.
+    # Every plot in one second process (matplotlib imported once), beside the tracking and
+    # the diagnosis: those that need no tracker at once, the others when the tracker's result
+    # comes (its samples are in track.parquet: only the tables' handles are sent).
     late = needs_track(cap)
 
-    def early() -> tuple[dict[str, list[Path]], int]:
+    def plotter(get: Callable[[], Any]) -> dict[str, list[Path]]:
         made = make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k not in late],
                           formats=("png",), spans=spans)
-        return made, perfetto.write_trace(d / layout.TRACE_JSON, spans,
-                                          perfetto.merged_instants(cap))
-    step("plotting and writing the Perfetto trace (in a second process, beside the next "
-         "steps)")
-    first = forked.start(early)
+        cap.track = get()
+        made.update(make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k in late],
+                               formats=("png",), spans=spans))
+        return made
+    step("plotting (in a second process, beside the next steps)")
+    feed, plotted = forked.start_fed(plotter)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
-    # the samples go to track.parquet as they are made; the steps after read them from there
-    cap.track = track_capture(cap, d / layout.TRACK)
-    write_track_tables(cap.track.samples, cap.track.states, cap.track.events, d / layout.TRACK)
-    second = forked.start(lambda: make_plots(cap, d / layout.PLOTS,
-                                             [k for k in KINDS if k in late],
-                                             formats=("png",), spans=spans))
+    try:
+        # the samples go to track.parquet as they are made; the steps after read them there
+        cap.track = track_capture(cap, d / layout.TRACK)
+        write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
+                           d / layout.TRACK)
+    finally:
+        feed(cap.track)  # None if the tracking failed: the plots say it was not run
     step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
-    step("waiting for the plots and the trace")
-    done, n = first()
-    done.update(second())
+    step("writing the Perfetto trace")
+    n = perfetto.write_trace(d / layout.TRACE_JSON, spans, perfetto.merged_instants(cap))
+    step("waiting for the plots")
+    done = plotted()
     made = {k: done[k] for k in KINDS if k in done}
     step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
