@@ -47,9 +47,9 @@ class Capture:
     events: pd.DataFrame | None = None                                # probe events, both hosts
     sockstats: pd.DataFrame | None = None   # sampled tcp_info of the iSCSI sockets (ss -ti)
     cpu: pd.DataFrame | None = None         # sampled CPU use per CPU and process
-    # merged.parquet's probe rows (each tied to its command): the per-packet rows stay on
-    # disk, read_merged reads the columns a step needs
-    merged: pd.DataFrame | None = None
+    # merged.parquet's columns (none: no readable merged.parquet); read_merged reads the rows
+    # and columns a step needs where it needs them (a minute's probe rows are 50 MB)
+    merged_columns: list[str] = field(default_factory=list)
     clock: dict[str, Any] = field(default_factory=dict)
     ports: tuple[int, ...] = (DEFAULT_PORT,)  # the iSCSI target port(s) the tables were cut to
     track: Any = None  # istrace.track.of_capture.track_capture fills it in
@@ -185,7 +185,7 @@ def load_capture(d: str | Path, decode: bool = True,
     merged = d / layout.MERGED
     if merged.is_file():
         try:
-            cap.merged = read_merged(d, probe_rows_only=True)
+            cap.merged_columns = pq.read_schema(merged).names
         except (OSError, ValueError) as exc:
             cap.warnings.append(f"merged.parquet unreadable: {exc}")
     else:

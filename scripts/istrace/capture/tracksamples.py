@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pandas.api.types import union_categoricals
 
 LABELS = ["conn", "dir", "host", "source"]
 NUMBERS = ["cwnd", "ssthresh", "srtt_us", "rtt_us", "inflight_pkts", "inflight_bytes", "rwnd",
@@ -109,7 +110,6 @@ def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
     """Chunks as one table, label columns kept categorical."""
     if len(parts) == 1:
         return parts[0].reset_index(drop=True)
-    from pandas.api.types import union_categoricals
     out = {}
     for c in parts[0].columns:
         if all(isinstance(p[c].dtype, pd.CategoricalDtype) for p in parts):

@@ -830,7 +830,8 @@ def _tie_events(events: pd.DataFrame, commands: pd.DataFrame | None,
     if commands is None or commands.empty or "itt" not in events.columns or \
             "itt" not in commands.columns or events["itt"].isna().all():
         return events
-    ev = events.copy()
+    # a shallow copy and a new cmd_id column: a minute's probe rows are not copied whole
+    ev = events.copy(deep=False)
     if "cmd_id" not in ev.columns:
         ev["cmd_id"] = np.nan
     want = (ev["itt"].notna() & ev["cmd_id"].isna()).to_numpy(bool)
@@ -838,7 +839,9 @@ def _tie_events(events: pd.DataFrame, commands: pd.DataFrame | None,
         return ev
     e = ev.loc[want]
     got = attribution.by_itt(_initiator_clock(e, offset_ns), e["itt"], commands)
-    ev.loc[want, "cmd_id"] = got.to_numpy(np.float64, na_value=np.nan)
+    cmd = ev["cmd_id"].copy()
+    cmd.loc[want] = got.to_numpy(np.float64, na_value=np.nan)
+    ev["cmd_id"] = cmd
     return ev
 
 

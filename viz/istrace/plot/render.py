@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from istrace.capture.load import Capture
+from istrace.capture.load import Capture, read_merged
 from istrace.capture.meta import one_way_ms
 from istrace.capture.segsource import Segments
 from istrace.plot import data
@@ -134,12 +134,15 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
 
 def timeline_spans(cap: Capture) -> pd.DataFrame:
     ev = cap.events
-    if cap.merged is not None and "cmd_id" in cap.merged.columns:
-        m = cap.merged
-        if m["source"].eq("probe").any():
-            ev = m[m["source"] == "probe"].copy()
-            ev["ts_ns"] = ev["ts_ns_merged"] + np.where(ev["host"] == "target",
-                                                        cap.offset_ns, 0)
+    if "cmd_id" in cap.merged_columns:
+        # the probe events tied to their commands (read here: nothing else needs them)
+        try:
+            m = read_merged(cap.dir, probe_rows_only=True)
+        except (OSError, ValueError):  # its schema read at load, its rows not: the raw events
+            m = pd.DataFrame()
+        if len(m):  # only probe rows were read: the table is ours to change, not copied
+            m["ts_ns"] = m["ts_ns_merged"] + np.where(m["host"] == "target", cap.offset_ns, 0)
+            ev = m
     spans = data.timeline_spans(cap.commands.get("initiator"), cap.commands.get("target"),
                                 ev, cap.offset_ns)
     # From the pcaps: when each command's data crossed each end's TCP and the wire.

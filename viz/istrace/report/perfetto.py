@@ -134,7 +134,7 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
     full-rate capture has tens of millions); without merged.parquet, the decoded PDUs and
     the raw probe events."""
     m = None
-    if cap.merged is not None and "ts_ns_merged" in cap.merged.columns:
+    if "ts_ns_merged" in cap.merged_columns:
         m = read_merged(cap.dir, columns=["ts_ns_merged", "host", "layer", "event"])
     if m is not None and not m.empty:
         ts = pd.to_numeric(m["ts_ns_merged"], errors="coerce")
