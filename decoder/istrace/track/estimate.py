@@ -171,7 +171,7 @@ class Direction:
         a_pos = inv[len(d_ts):]
 
         is_rtx, is_reorder = self._retransmissions(d_ts, d_start, d_end, all_end, np.maximum(
-            una[inv[:len(d_ts)]], 0))
+            una[inv[:len(d_ts)]], 0), max(int(una[-1]), 0) if len(una) else 0)
         del inv
         rtt = self._karn_rtt(d_ts, d_start, d_end, is_rtx, a_ts, a_ack, a_una, prev_una)
         a_sack = col["sack"][acks] if "sack" in col else np.zeros(len(a_ts), np.int8)
@@ -221,7 +221,7 @@ class Direction:
 
     # ----------------------------------------------------------------------------------------
     def _retransmissions(self, d_ts: np.ndarray, d_start: np.ndarray, d_end: np.ndarray,
-                         all_end: np.ndarray, una_at_send: np.ndarray
+                         all_end: np.ndarray, una_at_send: np.ndarray, una_after: int
                          ) -> tuple[np.ndarray, np.ndarray]:
         """(retransmitted, reordered) per data segment. A segment behind the highest byte sent
         is a retransmission when its bytes were sent or acknowledged before; one that fills a
@@ -249,7 +249,9 @@ class Direction:
         is_rtx = behind & (seen | (d_start < una_at_send) | late)
         up = np.concatenate([[True], step_end[1:] > step_end[:-1]])
         c.step_end, c.step_ts = step_end[up], step_ts[up]
-        c.starts = np.union1d(c.starts, d_start)
+        # only the starts the next slice can still resend (the rest _forget_acknowledged
+        # drops): sorting a whole slice's starts was a quarter of the tracking
+        c.starts = np.union1d(c.starts, d_start[d_start >= una_after])
         return is_rtx, behind & ~is_rtx
 
     def _karn_rtt(self, d_ts: np.ndarray, d_start: np.ndarray, d_end: np.ndarray,

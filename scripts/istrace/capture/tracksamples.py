@@ -196,9 +196,12 @@ class SampleWriter:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = path.with_name(f".{path.name}.tmp")
-        # dictionary pages for the labels only; lz4: a third faster than snappy, as small
+        # dictionary pages for the labels only; lz4: a third faster than snappy, as small.
+        # Statistics for the time and the labels, what a query filters on: min/max of the
+        # float columns (NaN-aware) were a quarter of the write
         self._w = pq.ParquetWriter(self._tmp, SCHEMA, compression="lz4",
-                                   use_dictionary=[*LABELS, "ca_state"])
+                                   use_dictionary=[*LABELS, "ca_state"],
+                                   write_statistics=["ts_ns", *LABELS, "ca_state"])
         self.groups: list[tuple[Key, int]] = []
         self._done = False
 

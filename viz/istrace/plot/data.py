@@ -193,8 +193,16 @@ def data_bursts(segs: SegmentsLike, d: str = "t2i", gap_ns: int = 1_000_000) -> 
 
     Columns: start_ns, end_ns, bytes, segments. Drives the idle ratio: the link is busy during
     a burst, idle between bursts. Read a slice of the table at a time (the burst still open
-    at a slice's end goes on into the next).
+    at a slice's end goes on into the next); worked out once per segments, direction and gap
+    (the accounting, the diagnosis and the ladder plot ask for the same).
     """
+    src = as_segments(segs)
+    if src is None:
+        return pd.DataFrame(columns=["start_ns", "end_ns", "bytes", "segments"])
+    return src.cached(("data_bursts", d, gap_ns), lambda: _data_bursts(src, d, gap_ns)).copy()
+
+
+def _data_bursts(segs: Segments, d: str, gap_ns: int) -> pd.DataFrame:
     cols = ["start_ns", "end_ns", "bytes", "segments"]
     parts: list[tuple[np.ndarray, ...]] = []
     run: list[int] | None = None  # the open burst: start, end, bytes, segments
@@ -227,8 +235,12 @@ def data_bursts(segs: SegmentsLike, d: str = "t2i", gap_ns: int = 1_000_000) -> 
 
 def burst_gap_threshold(segs: SegmentsLike, d: str = "t2i") -> int:
     """Gap that separates bursts: 5x the median spacing of data segments, at least 100 us
-    (shorter pauses are the sender's own pacing, not waiting for the other end)."""
-    med = median_spacing(segs, d)
+    (shorter pauses are the sender's own pacing, not waiting for the other end). Once per
+    segments and direction."""
+    src = as_segments(segs)
+    if src is None:
+        return 1_000_000
+    med = src.cached(("median_spacing", d), lambda: median_spacing(src, d))
     return 1_000_000 if med is None else int(max(5 * med, 100_000))
 
 
@@ -551,6 +563,12 @@ def busiest_conn(segs: SegmentsLike | None, d: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------ timeline
+
+
+# what timeline_spans reads of the probe events (merged.parquet's ts_ns_merged stands in
+# for ts_ns: the caller works the host's time out of it)
+TIMELINE_EVENT_COLUMNS = ["ts_ns_merged", "host", "layer", "event", "lat_ns", "bytes", "cmd_id",
+                          "itt", "lba", "offset"]
 
 
 def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | None,

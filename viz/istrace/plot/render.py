@@ -135,9 +135,11 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
 def timeline_spans(cap: Capture) -> pd.DataFrame:
     ev = cap.events
     if "cmd_id" in cap.merged_columns:
-        # the probe events tied to their commands (read here: nothing else needs them)
+        # the probe events tied to their commands (read here: nothing else needs them), the
+        # columns the spans are made of (all 38 held the events twice over beside cap.events)
         try:
-            m = read_merged(cap.dir, probe_rows_only=True)
+            m = read_merged(cap.dir, [c for c in data.TIMELINE_EVENT_COLUMNS
+                                      if c in cap.merged_columns], probe_rows_only=True)
         except (OSError, ValueError):  # its schema read at load, its rows not: the raw events
             m = pd.DataFrame()
         if len(m):  # only probe rows were read: the table is ours to change, not copied

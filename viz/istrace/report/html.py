@@ -105,6 +105,11 @@ def report(d: Path, out: Path | None = None,
         return made
     step("plotting (in a second process, beside the next steps)")
     feed, plotted = forked.start_fed(plotter)
+    # the Perfetto trace in a third: it needs neither the tracker nor the diagnosis, and on
+    # two CPUs the plots leave one part-idle while this process tracks and diagnoses
+    step("writing the Perfetto trace (in a third process)")
+    traced = forked.start(lambda: perfetto.write_trace(d / layout.TRACE_JSON, spans,
+                                                       perfetto.merged_instants(cap)))
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     try:
         # the samples go to track.parquet as they are made; the steps after read them there
@@ -116,8 +121,8 @@ def report(d: Path, out: Path | None = None,
     step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
-    step("writing the Perfetto trace")
-    n = perfetto.write_trace(d / layout.TRACE_JSON, spans, perfetto.merged_instants(cap))
+    step("waiting for the Perfetto trace")
+    n = traced()
     step("waiting for the plots")
     done = plotted()
     made = {k: done[k] for k in KINDS if k in done}
