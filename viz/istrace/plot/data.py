@@ -41,7 +41,11 @@ SPAN_COLUMNS = ["row", "host", "layer", "start_ns", "end_ns", "cmd", "bytes", "l
 
 
 def _clean_pdus(pdus: pd.DataFrame) -> pd.DataFrame:
-    p = pdus.copy()
+    """The columns the ladder uses (a copy of all of a minute's PDUs was a tenth of the
+    plotting process's peak), those the decoder did not write as missing."""
+    p = pdus[[c for c in ("conn", "dir", "tcp_seq", "ts_ns", "opcode_name", "cmd", "dsl",
+                          "xfer_bytes", "desired_len", "edtl", "cdb_name") if c in pdus.columns]]
+    p = p.copy()
     for c in ("dsl", "tcp_seq", "cmd", "xfer_bytes", "desired_len", "edtl"):
         if c not in p.columns:
             p[c] = np.nan

@@ -15,6 +15,7 @@ from istrace.capture.meta import one_way_ms
 from istrace.capture.segsource import Segments
 from istrace.plot import data
 from istrace.plot.seqgraph import seq_graph
+from istrace.system import freed
 
 KINDS = ["ladder", "tcpseq", "cwnd", "timeline", "throughput", "resptime", "outstanding"]
 
@@ -129,6 +130,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
         else:
             raise ValueError(f"unknown plot kind {kind!r}")
         made[kind] = plots.save(fig, out / kind, formats)
+        freed.give_back()  # this plot's tables and artists, before the next one's
     return made
 
 
