@@ -255,7 +255,7 @@ def _times(df: pd.DataFrame, rows: pd.Series) -> np.ndarray:
 # ----------------------------------------------------------------------------- main
 
 def _write_sorted(parts: list[pa.Table], order: np.ndarray, parquet: Path, csv: Path | None,
-                  rows: int = 1 << 20) -> None:
+                  rows: int = 1 << 17) -> None:
     """The parts, one after the other, in `order` (indexes into their concatenation), a row
     group at a time with every column (so neither the sorted copy nor the null columns are
     ever whole in memory), to parquet and csv; each file written beside and renamed over
