@@ -1,0 +1,66 @@
+"""The probe events' one reader (istrace.capture.events): a stream cut mid-line by a killed
+probe keeps every whole line, and the hosts' events come back as one table in time order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from istrace.capture.events import load_events, read_events_table
+
+META = {"ts_ns": 1, "host": "target", "layer": "meta", "event": "meta", "kernel": "6.x"}
+
+
+def _line(ts: int, host: str, event: str = "write_exit", **extra: object) -> str:
+    return json.dumps({"ts_ns": ts, "host": host, "layer": "syscall", "event": event,
+                       "pid": 7, "bytes": 4096, **extra}) + "\n"
+
+
+def _stream(path: Path, host: str, times: list[int], tail: str = "") -> None:
+    path.write_text(json.dumps(META | {"host": host}) + "\n"
+                    + "".join(_line(t, host) for t in times) + tail)
+
+
+@pytest.mark.parametrize("filler", [0, 3000])  # small, and past the 64 KiB read back from the end
+def test_cut_last_line_is_dropped_and_the_rest_kept(tmp_path: Path, filler: int) -> None:
+    p = tmp_path / "events-target.jsonl"
+    times = list(range(100, 100 + filler + 5))
+    _stream(p, "target", times, tail='{"ts_ns": 999999, "host": "target", "lay')
+    table, meta, lost = read_events_table(p)
+    assert table["ts_ns"].to_pylist() == times
+    assert meta["kernel"] == "6.x" and lost == 0
+    assert "meta" not in table["layer"].to_pylist()
+
+
+def test_only_a_cut_line_is_an_empty_stream(tmp_path: Path) -> None:
+    p = tmp_path / "events-target.jsonl"
+    p.write_text('{"ts_ns": 5, "host": "tar')
+    table, meta, lost = read_events_table(p)
+    assert table.num_rows == 0 and meta == {} and lost == 0
+
+
+def test_counter_lines_give_the_lost_events(tmp_path: Path) -> None:
+    p = tmp_path / "events-initiator.jsonl"
+    _stream(p, "initiator", [10, 20], tail=json.dumps(
+        {"ts_ns": 30, "host": "initiator", "layer": "meta", "event": "lost", "lost": 17}) + "\n")
+    table, _, lost = read_events_table(p)
+    assert table["ts_ns"].to_pylist() == [10, 20] and lost == 17
+
+
+def test_hosts_joined_in_time_order_ties_kept_in_host_order(tmp_path: Path) -> None:
+    _stream(tmp_path / "events-initiator.jsonl", "initiator", [30, 10, 50])
+    _stream(tmp_path / "events-target.jsonl", "target", [20, 30, 40])
+    ev = load_events(tmp_path)
+    assert ev is not None
+    assert ev["ts_ns"].tolist() == [10, 20, 30, 30, 40, 50]
+    # a stable sort: at the same time the initiator's event (read first) stays first
+    assert ev["host"].tolist() == ["initiator", "target", "initiator", "target", "target",
+                                   "initiator"]
+
+
+def test_missing_host_label_is_the_files(tmp_path: Path) -> None:
+    (tmp_path / "events-target.jsonl").write_text(
+        json.dumps({"ts_ns": 5, "layer": "syscall", "event": "write_exit"}) + "\n")
+    ev = load_events(tmp_path)
+    assert ev is not None and ev["host"].tolist() == ["target"]
