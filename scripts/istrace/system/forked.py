@@ -2,9 +2,9 @@
 
 The report's steps read the same tables and write different files; on a machine with a
 second CPU the plots (matplotlib's rendering: half a report's CPU) and the Perfetto trace
-run in processes of their own while the tracking and the diagnosis run here. The child shares the parent's tables
-by fork (copy on write: nothing is pickled but the result, and what `start_fed` sends it
-later: the tracker's result, whose samples stay in their file)."""
+run in processes of their own while the tracking and the diagnosis run here. A child shares
+the parent's tables by fork (copy on write: nothing is pickled but the result, and what
+`start_fed` sends it later: the tracker's result, whose samples stay in their file)."""
 
 from __future__ import annotations
 
