@@ -196,16 +196,14 @@ def load_capture(d: str | Path, decode: bool = True,
 
 def read_merged(d: Path, columns: list[str] | None = None,
                 probe_rows_only: bool = False) -> pd.DataFrame:
-    """merged.parquet (docs/schema.md §6): the chosen columns of every row, text columns as
-    categoricals (millions of rows repeat a few host/layer/event names); or, asked for, only
-    the probe events' rows (filtered by the Parquet reader; thousands of rows, text as
-    text)."""
+    """merged.parquet (docs/schema.md §6): the chosen columns of every row, or, asked for,
+    only the probe events' rows (filtered by the Parquet reader), text columns as categoricals
+    (a minute's 360 000 probe events repeat a few dozen host/layer/event names)."""
     table = pq.read_table(d / layout.MERGED, columns=columns,
                           filters=[("source", "=", "probe")] if probe_rows_only else None)
     strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
     # each Arrow column freed as it is converted: a minute's events were held twice over
-    return table.to_pandas(categories=strings if not probe_rows_only else None,
-                           split_blocks=True, self_destruct=True)
+    return table.to_pandas(categories=strings, split_blocks=True, self_destruct=True)
 
 
 def _capture_drop_warnings(cap: Capture) -> None:
