@@ -51,9 +51,6 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         raise
-    if "pyarrow" in sys.modules:  # a subcommand that reads or writes tables
-        from istrace.system import freed
-        freed.system_allocator()
     try:
         return int(module.main(rest) or 0)
     except KeyboardInterrupt:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import os
 
 import pyarrow as pa
 
@@ -33,14 +32,3 @@ def give_back() -> None:
     if trim is not None:
         trim(0)
     pa.default_memory_pool().release_unused()
-
-
-def system_allocator() -> None:
-    """Arrow allocates with the C library's malloc rather than its own pool (mimalloc): the
-    pool keeps the pages a step freed, so each step's Arrow temporaries (parsed JSON, Parquet
-    pages, text compared as Arrow strings) stayed resident under the next; malloc returns
-    large blocks when they are freed and the rest at `give_back`. A 10 s capture's report:
-    peak 0.40 -> 0.32 GB, no slower; a 60 s capture's main process after the diagnosis:
-    563 -> 435 MB. A pool chosen with ARROW_DEFAULT_MEMORY_POOL is kept."""
-    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
-        pa.set_memory_pool(pa.system_memory_pool())
