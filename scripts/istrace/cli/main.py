@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from istrace.system import freed
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "testbed": ("istrace.cli.testbed", "bring the namespace (or --kernel VM) testbed up/down"),
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"istrace: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name = COMMANDS[name][0]
+    freed.prompt_release()  # before the subcommand loads pyarrow
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -12,8 +12,16 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
+import sys
 
-import pyarrow as pa
+# Arrow's default pool is mimalloc, which keeps pages freed for reuse a while and commits
+# whole arenas at once: a step's Arrow temporaries (parsed JSON, Parquet pages, text
+# compared as Arrow strings) stayed resident under the next step's, `give_back`'s
+# release_unused or not. Told to purge at once and commit as it goes, a 10 s capture's
+# report peaks at 0.30 GB (0.39 before) and a 60 s one's at 0.55 GB (0.69-0.74), its merge
+# at 0.52 GB (0.58-0.60), no slower.
+MIMALLOC_SETTINGS = {"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_ARENA_EAGER_COMMIT": "0"}
 
 
 @functools.cache
@@ -25,9 +33,21 @@ def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
         return None
 
 
+def prompt_release() -> None:
+    """MIMALLOC_SETTINGS, unless the environment says otherwise; mimalloc reads them when
+    pyarrow loads, so this comes first (istrace's command line does it before any
+    subcommand; a process that imported pyarrow already is left as it is)."""
+    if "pyarrow" in sys.modules:
+        return
+    for name, value in MIMALLOC_SETTINGS.items():
+        os.environ.setdefault(name, value)
+
+
 def give_back() -> None:
     """Returns the freed heap memory of the C library (glibc's malloc_trim) and the freed
     pages of Arrow's memory pool to the operating system; a no-op where neither exists."""
+    import pyarrow as pa  # loaded by then: every caller works on Arrow tables
+
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
