@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 from istrace.capture import layout
 
-CPU_COLUMNS = ["ts_ns", "host", "what", "busy", "user", "system", "softirq", "irq"]
+CPU_COLUMNS = ["ts_ns", "host", "what", "busy", "user", "system", "softirq", "irq", "cap",
+               "periods", "throttled"]
 
 
 def _records(d: Path) -> list[dict]:
@@ -44,6 +45,21 @@ def _sockstats(recs: list[dict]) -> pd.DataFrame | None:
     return df.sort_values(["host", "ts_ns"], kind="stable").reset_index(drop=True)
 
 
+def _quota(qa: dict | None, qb: dict | None, dt: float) -> dict[str, float]:
+    """A process's cgroup quota over one interval: `cap` (share of one CPU it may use),
+    `periods` (enforcement periods it was runnable in) and `throttled` (of those, the ones it
+    used up its quota in); `busy` from the cgroup's own microsecond clock where it has one."""
+    out = {"cap": np.nan, "periods": np.nan, "throttled": np.nan}
+    if not qa or not qb or qa.get("cgroup") != qb.get("cgroup") or not qb.get("period_us"):
+        return out
+    out["cap"] = qb["quota_us"] / qb["period_us"]
+    out["periods"] = float(qb["periods"] - qa["periods"])
+    out["throttled"] = float(qb["throttled"] - qa["throttled"])
+    if qa.get("usage_us") is not None and qb.get("usage_us") is not None:
+        out["busy"] = (qb["usage_us"] - qa["usage_us"]) / 1e6 / dt
+    return out
+
+
 def _cpu(recs: list[dict]) -> pd.DataFrame | None:
     """Utilisation over each interval between two samples of one host."""
     rows: list[dict] = []
@@ -69,7 +85,8 @@ def _cpu(recs: list[dict]) -> pd.DataFrame | None:
                 rows.append({"ts_ns": b["ts_ns"], "host": host, "what": name,
                              "busy": 1 - (dv[3] + dv[4]) / total, "user": (dv[0] + dv[1]) / total,
                              "system": dv[2] / total, "softirq": dv[6] / total,
-                             "irq": dv[5] / total})
+                             "irq": dv[5] / total, "cap": np.nan, "periods": np.nan,
+                             "throttled": np.nan})
             for what, pb in (b.get("procs") or {}).items():
                 pa = (a.get("procs") or {}).get(what)
                 if not pa or pa.get("pid") != pb.get("pid"):
@@ -77,7 +94,8 @@ def _cpu(recs: list[dict]) -> pd.DataFrame | None:
                 u = (pb["utime"] - pa["utime"]) / hz / dt
                 s = (pb["stime"] - pa["stime"]) / hz / dt
                 rows.append({"ts_ns": b["ts_ns"], "host": host, "what": what, "busy": u + s,
-                             "user": u, "system": s, "softirq": np.nan, "irq": np.nan})
+                             "user": u, "system": s, "softirq": np.nan, "irq": np.nan,
+                             **_quota(pa.get("cgroup"), pb.get("cgroup"), dt)})
     return pd.DataFrame(rows, columns=CPU_COLUMNS) if rows else None
 
 

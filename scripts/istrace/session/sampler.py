@@ -1,6 +1,7 @@
 """During a capture, sample what the kernel itself accounts: the iSCSI sockets' tcp_info
 (`ss -ti`: the sender-limit clocks busy / rwnd_limited / sndbuf_limited, cwnd, pacing, buffers)
-and the CPU time of the target and initiator processes and of each CPU (user, system, softirq).
+and the CPU time of the target and initiator processes and of each CPU (user, system, softirq),
+with the throttling counters of a process's cgroup when it has a CPU quota.
 
 One JSON object per host per sample, one line each, flushed as written (a killed capture keeps
 what was sampled): `hoststats-<host>.jsonl` (docs/schema.md §7), read back by
@@ -23,6 +24,7 @@ from typing import IO, Any
 
 from istrace.capture import layout
 from istrace.capture.conn import conn_key, parse_endpoint
+from istrace.system import cgroupcpu
 from istrace.system.cputime import USER_HZ, cpu_stat, tree_times
 
 # ss -ti fields: name -> (regex group over the info line, unit conversion to our column)
@@ -139,6 +141,9 @@ class Sampler(threading.Thread):
                 t = tree_times(pid)
                 if t:
                     procs[what] = {"pid": pid, "utime": t[0], "stime": t[1]}
+                    q = cgroupcpu.quota_stat(pid)
+                    if q is not None:
+                        procs[what]["cgroup"] = q
             rec["procs"] = procs
             f = self._files.get(host)
             if f is None:

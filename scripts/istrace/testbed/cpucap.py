@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+from istrace.system import cgroupcpu
+
 PERIOD_US = 100_000
 
 
@@ -15,17 +17,8 @@ class CpuCapError(RuntimeError):
     """No cpu controller to cap with; the message says what is missing."""
 
 
-def _mounts() -> list[tuple[str, str, list[str]]]:
-    out = []
-    for line in Path("/proc/mounts").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
-            out.append((parts[1], parts[2], parts[3].split(",")))
-    return out
-
-
 def _v2_root() -> Path | None:
-    for where, kind, _ in _mounts():
+    for where, kind, _ in cgroupcpu.mounts():
         ctl = Path(where) / "cgroup.controllers"
         if kind == "cgroup2" and ctl.is_file() and "cpu" in ctl.read_text().split():
             return Path(where)
@@ -33,7 +26,7 @@ def _v2_root() -> Path | None:
 
 
 def _v1_root() -> Path | None:
-    for where, kind, opts in _mounts():
+    for where, kind, opts in cgroupcpu.mounts():
         if kind == "cgroup" and "cpu" in opts:
             return Path(where)
     return None

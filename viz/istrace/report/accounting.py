@@ -61,6 +61,8 @@ class Accounting:
     per_connection: dict[str, dict[str, Any]] = field(default_factory=dict)
     unsure: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Per host (and `initiator_workload`): how saturated its CPU was (cpu_saturation).
+    cpu: dict[str, float] = field(default_factory=dict)
 
     def add(self, cause: str, ns: float) -> None:
         if ns > 0:
@@ -117,41 +119,79 @@ def sender_commands(cap: Any, d: str) -> tuple[pd.DataFrame | None, str]:
     return cmds, f"{'initiator' if sender == 'target' else 'target'}.pcap (other end's times)"
 
 
-def cpu_use(cap: Any, window: tuple[int, int] | None = None) -> dict[str, dict[str, float]]:
-    """Mean CPU use per host from the host sampler: the target daemon and the workload as a
-    share of what they may use (their cgroup cap from meta.json, else one core), and all the
-    host's CPUs together (`all_cpus`: on the namespace testbed both ends and the emulated path
-    share one machine), over the samples inside `window` (the data phase: idle time before
-    and after the transfer would water a saturated process down). The mean, not the median:
-    a process's CPU time comes in 10 ms ticks, so a 5% cap shows 2-3 ticks per 500 ms sample
-    and any one sample is +-40%; their mean is the whole window's ticks over its time."""
+def _cpu_rows(cap: Any, window: tuple[int, int] | None) -> pd.DataFrame | None:
+    """The host sampler's CPU rows inside `window` (all of them when none fall inside)."""
     cpu = getattr(cap, "cpu", None)
     if cpu is None or not isinstance(cpu, pd.DataFrame) or cpu.empty \
             or "what" not in cpu.columns or "busy" not in cpu.columns:
-        return {}
+        return None
     if window is not None:
         inside = cpu[(cpu["ts_ns"] > window[0]) & (cpu["ts_ns"] <= window[1])]
         cpu = inside if not inside.empty else cpu
+    return cpu
+
+
+_PROCS = (("tgtd", "target"), ("workload", "initiator"))
+
+
+def cpu_use(cap: Any, window: tuple[int, int] | None = None) -> dict[str, dict[str, float]]:
+    """Mean CPU use per host from the host sampler: the target daemon and the workload as a
+    share of what they may use (their cgroup's quota as sampled, else the cap in meta.json,
+    else one core), and all the host's CPUs together (`all_cpus`: on the namespace testbed both
+    ends and the emulated path share one machine), over the samples inside `window` (the data
+    phase: idle time before and after the transfer would water a saturated process down). The
+    mean, not the median: a process's CPU time comes in 10 ms ticks, so a 5% cap shows 2-3
+    ticks per 500 ms sample and any one sample is +-40%; their mean is the whole window's
+    ticks over its time."""
+    cpu = _cpu_rows(cap, window)
+    if cpu is None:
+        return {}
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
     caps = {"tgtd": (tb or {}).get("tgt_cpu"), "workload": (tb or {}).get("ini_cpu")}
     out: dict[str, dict[str, float]] = {}
-    for what, host in (("tgtd", "target"), ("workload", "initiator"), ("cpu", "target"),
-                       ("cpu", "initiator")):
-        x = cpu[(cpu["what"] == what) & (cpu["host"].astype(str) == host)]["busy"].dropna()
+    for what, host in (*_PROCS, ("cpu", "target"), ("cpu", "initiator")):
+        rows = cpu[(cpu["what"] == what) & (cpu["host"].astype(str) == host)]
+        x = rows["busy"].dropna()
         if x.empty:
             continue
         if what == "cpu":
             out.setdefault(host, {})["all_cpus"] = float(x.mean())
             continue
-        limit = float(caps[what]) / 100.0 if caps[what] else 1.0
+        sampled = rows["cap"].dropna() if "cap" in rows.columns else pd.Series(dtype=float)
+        limit = float(sampled.mean()) if not sampled.empty else (
+            float(caps[what]) / 100.0 if caps[what] else 1.0)
         out.setdefault(host, {})[what] = float(x.mean()) / limit if limit > 0 else 0.0
+    return out
+
+
+def cpu_throttled(cap: Any, window: tuple[int, int] | None = None) -> dict[str, float]:
+    """Per host, the share of its process's CPU-quota periods inside `window` in which the
+    kernel held it at its quota (the cgroup's nr_throttled / nr_periods); only for processes
+    whose cgroup has a quota and that were runnable in some period."""
+    cpu = _cpu_rows(cap, window)
+    if cpu is None or "periods" not in cpu.columns:
+        return {}
+    out = {}
+    for what, host in _PROCS:
+        rows = cpu[(cpu["what"] == what) & (cpu["host"].astype(str) == host)]
+        periods = float(rows["periods"].sum())  # NaN (not sampled) counts as none
+        if periods > 0:
+            out[host] = float(rows["throttled"].sum()) / periods
     return out
 
 
 def cpu_saturation(cap: Any, window: tuple[int, int] | None = None) -> dict[str, float]:
     """Per host, the most saturated of its process and its machine (>= CPU_SATURATED: the
-    host could not run faster)."""
+    host could not run faster). A process under a CPU quota is as saturated as the share of
+    quota periods it was throttled in: counted exactly by the kernel, where its clock ticks
+    are few (a 5% cap earns 2-3 per sample) and read 85-95% of the cap for a process held
+    at it all along."""
     use = cpu_use(cap, window)
+    held = cpu_throttled(cap, window)
+    for host, share in held.items():
+        what = next(w for w, h in _PROCS if h == host)
+        if what in use.get(host, {}):
+            use[host][what] = share
     out = {h: max(v.values()) for h, v in use.items() if v}
     # The workload alone (not the machine it shares with the target on the testbed): when it
     # used all the CPU it may, the commands it did not issue waited for that CPU.

@@ -254,6 +254,7 @@ def account(cap: Capture) -> accounting.Accounting | None:
     phase = (int(per_conn["first_ns"].min()), int(per_conn["last_ns"].max())) \
         if not per_conn.empty else None
     cpu = accounting.cpu_saturation(cap, phase)
+    acc.cpu = cpu
     # The PDUs decoded where the segments were taken (the receiver's, without the sender's
     # pcap): their data phases, R2Ts and spans are all in that capture point's time.
     seg_host = next((h for h, s in cap.segs.items() if s is segs), sender)
@@ -320,6 +321,7 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev["loss_rate"] = rtx / nseg if nseg else None
     phase = (int(per_conn["first_ns"].min()), int(per_conn["last_ns"].max())) if nseg else None
     ev["cpu_use"] = accounting.cpu_use(cap, phase)
+    ev["cpu_throttled"] = accounting.cpu_throttled(cap, phase)
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
     # the namespace testbed and the VM testbed: both ends share one kernel and its CPUs
     ev["one_machine"] = (tb or {}).get("mode") in ("netns", "vm")
@@ -357,6 +359,26 @@ def _queueing(ev: dict[str, Any]) -> float | None:
     return q if (mid - lo) >= max(1.0, lo) else None
 
 
+# The cause a host's CPU takes over from once saturated: the target's service time, the
+# workload's missing commands; (whose CPU, the cause it becomes, in words).
+CPU_TWIN = {"target_service": ("target", "host_cpu_target", "the target's"),
+            "initiator_concurrency": ("initiator_workload", "host_cpu_initiator",
+                                      "the workload's")}
+# A CPU this close below saturation may have been saturated: its measure is coarse (ticks).
+CPU_NEAR = 0.6
+
+
+def cpu_near(primary: str, cpu: dict[str, float]) -> str | None:
+    """Why a verdict of `primary` is unsure when the CPU that would be its cause instead was
+    near, but below, saturation; None when it was not."""
+    twin = CPU_TWIN.get(primary)
+    level = cpu.get(twin[0]) if twin else None
+    if twin is None or level is None or not CPU_NEAR <= level < accounting.CPU_SATURATED:
+        return None
+    return (f"{twin[2]} CPU was at {level * 100:.0f}% of what it may use, near saturation: "
+            f"the time may have been {twin[1]}")
+
+
 def decide(cap: Capture) -> dict[str, Any]:
     """The verdict as a dict (the content of verdict.json)."""
     out: dict[str, Any] = {"schema": SCHEMA, "primary": None, "secondary": [], "shares": {},
@@ -383,6 +405,9 @@ def decide(cap: Capture) -> dict[str, Any]:
     share = shares.get(primary, 0.0)
     if primary in AMBIGUOUS:
         unsure.append(AMBIGUOUS[primary])
+    near = cpu_near(primary, acc.cpu)
+    if near:
+        unsure.append(near)
     if share < CONFIDENT:
         unsure.append(f"the largest cause holds only {share * 100:.0f}% of the time")
     runner_up = next((shares[k] for k in ranked[1:]), 0.0)
@@ -445,6 +470,9 @@ def limited_by(v: dict[str, Any]) -> str:
     if p["cause"].startswith("host_cpu_"):
         use = (ev.get("cpu_use") or {}).get(p["cause"].removeprefix("host_cpu_"), {})
         who = ", ".join(f"{k.replace('_', ' ')} {x * 100:.0f}% busy" for k, x in use.items())
+        held = (ev.get("cpu_throttled") or {}).get(p["cause"].removeprefix("host_cpu_"))
+        if held is not None:
+            who += f", held at its CPU quota in {held * 100:.0f}% of periods"
         if who:
             s += f" ({who}" + ("; both ends and the emulated path share this machine's CPUs"
                                if ev.get("one_machine") else "") + ")"
