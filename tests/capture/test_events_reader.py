@@ -64,3 +64,28 @@ def test_missing_host_label_is_the_files(tmp_path: Path) -> None:
         json.dumps({"ts_ns": 5, "layer": "syscall", "event": "write_exit"}) + "\n")
     ev = load_events(tmp_path)
     assert ev is not None and ev["host"].tolist() == ["target"]
+
+
+def test_the_analysed_events_leave_out_socket_io_but_not_the_applications_reads(
+        tmp_path: Path) -> None:
+    """load_capture holds events.analysed(): every layer but the system calls, and of those
+    the initiator's reads; Capture.all_events() reads back every one."""
+    from istrace.capture.load import load_capture
+
+    ini = [_line(10, "initiator", "recvfrom_exit"), _line(20, "initiator", "read_exit"),
+           _line(30, "initiator", "pread64_exit"), _line(35, "initiator", "readahead_exit"),
+           json.dumps({"ts_ns": 40, "host": "initiator", "layer": "tcp",
+                       "event": "tcp_probe", "cwnd": 10}) + "\n",
+           json.dumps({"ts_ns": 50, "host": "initiator", "layer": "block",
+                       "event": "bio_queue", "bytes": 4096}) + "\n"]
+    (tmp_path / "events-initiator.jsonl").write_text("".join(ini))
+    # the target's reads are its backing store's and its socket's: not the application's
+    (tmp_path / "events-target.jsonl").write_text(
+        _line(15, "target", "write_exit") + _line(25, "target", "read_exit"))
+    cap = load_capture(tmp_path, decode=False)
+    got = list(zip(cap.events["ts_ns"], cap.events["event"].astype(str), strict=True))
+    assert got == [(20, "read_exit"), (30, "pread64_exit"), (40, "tcp_probe"),
+                   (50, "bio_queue")]
+    every = cap.all_events()
+    assert every is not None
+    assert every["ts_ns"].tolist() == [10, 15, 20, 25, 30, 35, 40, 50]

@@ -34,6 +34,24 @@ EVENT_SCHEMA = pa.schema([
 ])
 
 
+# The application's reads among the system calls (read, readv, pread64, preadv, preadv2;
+# entry or exit): the requests the initiator's storage stack is asked for.
+APP_READ_EVENTS = r"^(p?readv?|pread64|preadv2?)(_exit)?$"
+
+
+def analysed(table: pa.Table) -> pa.Table:
+    """The events the analysis holds in memory: every layer's but the system calls', and of
+    those the initiator's reads (APP_READ_EVENTS). The others are the hosts' socket I/O (the
+    workload's receives, tgtd's writes, one per few packets): two events in three of a
+    full-rate capture, which only the timeline and the trace draw, reading them from
+    merged.parquet."""
+    syscall = pc.fill_null(pc.equal(table["layer"], "syscall"), False)
+    read = pc.and_(pc.fill_null(pc.equal(table["host"], "initiator"), False),
+                   pc.fill_null(pc.match_substring_regex(table["event"], APP_READ_EVENTS),
+                                False))
+    return table.filter(pc.or_(pc.invert(syscall), read))
+
+
 def events_file(d: Path, host: str) -> Path:
     """DIR/events-HOST.jsonl or .csv (istrace probe --format); the newer when both exist."""
     cands = [p for p in (layout.events_file(d, host), layout.events_file(d, host, "csv"))
@@ -136,9 +154,11 @@ def read_events(path: Path, extras: bool = False) -> tuple[pd.DataFrame, dict[st
     return df, meta, lost
 
 
-def load_events(d: Path, extras: bool = False) -> pd.DataFrame | None:
+def load_events(d: Path, extras: bool = False, only_analysed: bool = False
+                ) -> pd.DataFrame | None:
     """Every host's events of a capture directory as one table in time order (None when there
-    are none); integers with gaps are floats (NaN), as analysis code expects."""
+    are none), or with `only_analysed` those analysed() keeps; integers with gaps are floats
+    (NaN), as analysis code expects."""
     tables = []
     hosts = {layout.events_host(f) for f in layout.events_files(d)}
     for host in sorted(hosts, key=lambda h: (h not in HOSTS, h)):
@@ -147,6 +167,8 @@ def load_events(d: Path, extras: bool = False) -> pd.DataFrame | None:
             continue
         i = table.schema.get_field_index("host")
         table = table.set_column(i, "host", pc.fill_null(table["host"], host))
+        if only_analysed:
+            table = analysed(table)
         # text dictionary-encoded before the join and sort: a minute's 330 000 events repeat
         # a few dozen names, which as strings were 40% of the table (and become categoricals)
         for j, f in enumerate(table.schema):

@@ -44,7 +44,10 @@ class Capture:
     # host -> its TCP segments, read from segments.bin a slice at a time (a table given here
     # is wrapped: istrace.capture.segsource)
     segs: dict[str, Segments] = field(default_factory=dict)
-    events: pd.DataFrame | None = None                                # probe events, both hosts
+    # probe events, both hosts: load_capture keeps those the analysis reads (events.analysed:
+    # not the hosts' socket I/O system calls); all_events() reads every one
+    events: pd.DataFrame | None = None
+    events_complete: bool = True  # False: `events` is events.analysed()'s share
     sockstats: pd.DataFrame | None = None   # sampled tcp_info of the iSCSI sockets (ss -ti)
     cpu: pd.DataFrame | None = None         # sampled CPU use per CPU and process
     # merged.parquet's columns (none: no readable merged.parquet); read_merged reads the rows
@@ -88,6 +91,12 @@ class Capture:
 
     def main_pdus(self) -> pd.DataFrame | None:
         return self.pdus.get("initiator", self.pdus.get("target"))
+
+    def all_events(self) -> pd.DataFrame | None:
+        """Every probe event, the socket I/O system calls too: `events` when it holds them
+        all, else read from the event streams now (for the timeline and trace of a capture
+        not merged, and comparisons of every layer's latencies)."""
+        return self.events if self.events_complete else load_events(self.dir)
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
@@ -174,7 +183,8 @@ def load_capture(d: str | Path, decode: bool = True,
             if host == "initiator" and (found / layout.CONNECTIONS).is_file():
                 cap.connections = _read_csv(found / layout.CONNECTIONS)
 
-    cap.events = load_events(d)
+    cap.events = load_events(d, only_analysed=True)
+    cap.events_complete = False
     if cap.events is None:
         cap.missing.append("probe events (events-*.jsonl): no syscall/block/SCSI layers, "
                            "no exact cwnd/CA state")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from istrace.capture import attribution, tcpseq
+from istrace.capture.events import APP_READ_EVENTS
 from istrace.capture.labels import is_, label_codes
 from istrace.capture.segsource import Segments, SegmentsLike, as_segments, payload_slices
 from istrace.capture.slices import SLICE_ROWS
@@ -525,7 +526,7 @@ def app_reads(events: pd.DataFrame) -> pd.DataFrame:
     ini = _initiator(events)
     sc = events[ini & is_(events["layer"], "syscall").to_numpy()
                 & events["lat_ns"].notna().to_numpy()
-                & _named(events["event"], r"^(p?readv?|pread64|preadv2?)(_exit)?$")]
+                & _named(events["event"], APP_READ_EVENTS)]
     return _reads_that_did_io(sc, events, ini)
 
 

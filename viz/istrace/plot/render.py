@@ -135,7 +135,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
 
 
 def timeline_spans(cap: Capture) -> pd.DataFrame:
-    ev = cap.events
+    ev = None
     if "cmd_id" in cap.merged_columns:
         # the probe events tied to their commands (read here: nothing else needs them), the
         # columns the spans are made of (all 38 held the events twice over beside cap.events)
@@ -147,6 +147,8 @@ def timeline_spans(cap: Capture) -> pd.DataFrame:
         if len(m):  # only probe rows were read: the table is ours to change, not copied
             m["ts_ns"] = m["ts_ns_merged"] + np.where(m["host"] == "target", cap.offset_ns, 0)
             ev = m
+    if ev is None:  # not merged: every event, the socket I/O system calls too
+        ev = cap.all_events()
     spans = data.timeline_spans(cap.commands.get("initiator"), cap.commands.get("target"),
                                 ev, cap.offset_ns)
     # From the pcaps: when each command's data crossed each end's TCP and the wire.

@@ -80,7 +80,7 @@ def latencies(cap: Any) -> dict[str, dict[str, float]]:
         if not r.empty:
             out["iSCSI response (pcap)"] = {"p50": float(r.median()),
                                             "p99": float(r.quantile(0.99))}
-    ev = cap.events
+    ev = cap.all_events()
     if ev is not None and "lat_ns" in ev.columns:
         e = ev[ev["lat_ns"].notna()]
         for (host, lay, name), g in e.groupby(["host", "layer", "event"]):

@@ -110,6 +110,9 @@ def report(d: Path, out: Path | None = None,
     step("writing the Perfetto trace (in a third process)")
     traced = forked.start(lambda: perfetto.write_trace(d / layout.TRACE_JSON, spans,
                                                        perfetto.merged_instants(cap)))
+    # both children have their copy: this process needs the spans no more (a minute's are
+    # 80 MB), and the cell the closures share is emptied here only
+    spans = None
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     try:
         # the samples go to track.parquet as they are made; the steps after read them there

@@ -158,7 +158,7 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
         order = np.argsort(out["ts_ns"].to_numpy(), kind="stable")
         return out.iloc[order].reset_index(drop=True)
     parts = [pdu_instants(cap.pdus, cap.offset_ns)]
-    ev = cap.events
+    ev = cap.all_events()
     if ev is not None and not ev.empty:
         ev = ev[~is_(ev["layer"], "meta")]
         ts = ev["ts_ns"].astype(np.int64) - np.where(ev["host"] == "target", cap.offset_ns, 0)
