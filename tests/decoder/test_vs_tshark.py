@@ -21,7 +21,15 @@ from dechelp import NATIVE_BIN, Decoded, decode
 from istrace.capture.conn import conn_key
 from istrace.system.paths import binary
 from istrace.testbed.namespaces import Testbed, TestbedConfig
-from tshark_pdus import ISCSI_FIELDS, SENSE, TPdu, chain_seqs, parse_pdml, run_tshark_pdml
+from tshark_pdus import (
+    ISCSI_FIELDS,
+    SENSE,
+    TPdu,
+    chain_seqs,
+    decode_as_iscsi,
+    parse_pdml,
+    run_tshark_pdml,
+)
 
 # Small tests only: whole READ/WRITE/VERIFY suites move 40-250 MB each.
 SUITES = ",".join([
@@ -277,7 +285,8 @@ def test_response_times_match_tshark(real: Real) -> None:
     """For SCSI Response PDUs in a frame of their own and single-frame commands, istrace's
     resp_time_us equals tshark's iscsi.time (frame time difference) to the microsecond."""
     # tshark's request/response times are not in TPdu; use the capture directly, bounded.
-    r = subprocess.run(["tshark", "-r", str(real.pcap), "-Y", "iscsi.opcode == 0x21",
+    r = subprocess.run(["tshark", "-r", str(real.pcap), *decode_as_iscsi(real.pcap),
+                        "-Y", "iscsi.opcode == 0x21",
                         "-T", "fields", "-e", "iscsi.initiatortasktag", "-e", "iscsi.time",
                         "-e", "ip.dst", "-e", "tcp.dstport", "-e", "ip.src", "-e", "tcp.srcport"],
                        capture_output=True, text=True, timeout=120, check=False)

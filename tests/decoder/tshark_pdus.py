@@ -68,11 +68,25 @@ def _num(show: str) -> int:
     return int(show, 0)
 
 
+def decode_as_iscsi(pcap: Path, target_ports: tuple[int, ...] = (3260,)) -> list[str]:
+    """tshark `-d` arguments that make every initiator port of the capture iSCSI as well. An
+    initiator's ephemeral port may be one Wireshark registered for another protocol (seen:
+    44322, PMPROXY): when iSCSI's dissector passes over a segment, that protocol's takes the
+    whole connection, and tshark decodes none of its iSCSI PDUs."""
+    want = " or ".join(f"tcp.dstport == {p}" for p in target_ports)
+    r = subprocess.run(["tshark", "-r", str(pcap), "-n", "-Y", want, "-T", "fields",
+                        "-e", "tcp.srcport"], capture_output=True, text=True, timeout=240,
+                       check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ports = sorted({int(x) for x in r.stdout.split() if x.isdigit()} - set(target_ports))
+    return [a for p in ports for a in ("-d", f"tcp.port=={p},iscsi")]
+
+
 def run_tshark_pdml(pcap: Path, out: Path) -> Path:
     with open(out, "wb") as f:
-        r = subprocess.run(["tshark", "-r", str(pcap), *TSHARK_OPTS, "-Y", "iscsi", "-T", "pdml",
-                            "-j", "ip ipv6 tcp iscsi scsi"], stdout=f, stderr=subprocess.PIPE,
-                           timeout=240, check=False)
+        r = subprocess.run(["tshark", "-r", str(pcap), *TSHARK_OPTS, *decode_as_iscsi(pcap),
+                            "-Y", "iscsi", "-T", "pdml", "-j", "ip ipv6 tcp iscsi scsi"],
+                           stdout=f, stderr=subprocess.PIPE, timeout=240, check=False)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     return out
 
