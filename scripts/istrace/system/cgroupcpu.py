@@ -25,10 +25,10 @@ def mounts() -> list[tuple[str, str, list[str]]]:
     return out
 
 
-def _own_cgroups(pid: int) -> tuple[str | None, str | None]:
+def _own_cgroups(pid: int, proc: Path) -> tuple[str | None, str | None]:
     """(the v2 path, the v1 cpu hierarchy's path) of `pid`'s cgroups."""
     v2 = v1 = None
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+    for line in (proc / str(pid) / "cgroup").read_text().splitlines():
         num, ctl, path = line.split(":", 2)
         if num == "0" and not ctl:
             v2 = path
@@ -69,12 +69,15 @@ def _v1(root: Path, path: str) -> dict[str, Any] | None:
             "throttled_us": st.get("throttled_time", 0) // 1000}
 
 
-def quota_stat(pid: int) -> dict[str, Any] | None:
+def quota_stat(pid: int, proc: Path = Path("/proc"),
+               hierarchies: list[tuple[str, str, list[str]]] | None = None
+               ) -> dict[str, Any] | None:
     """The CPU quota and throttling counters (cumulative) of the cgroup `pid` runs in; None
-    when that cgroup has no quota, the process is gone, or no cpu controller is mounted."""
+    when that cgroup has no quota, the process is gone, or no cpu controller is mounted.
+    `proc` and `hierarchies` (mounts()'s) stand in for the machine's in tests."""
     try:
-        v2, v1 = _own_cgroups(pid)
-        for where, kind, opts in mounts():
+        v2, v1 = _own_cgroups(pid, proc)
+        for where, kind, opts in mounts() if hierarchies is None else hierarchies:
             root = Path(where)
             # v2 has cpu.max only where the cpu controller is enabled for the cgroup
             if kind == "cgroup2" and v2 is not None \
