@@ -34,6 +34,8 @@ import json
 import os
 import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -47,10 +49,19 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from istrace.capture import attribution, cmdtable, layout, segtable
-from istrace.capture.decoded import DecodeError, decode_to_dir, read_table, segments_file
-from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, events_file, read_events_table
+from istrace.capture.decoded import (
+    ANALYSED_PDU_COLUMNS,
+    DecodeError,
+    decode_to_dir,
+    read_table,
+    segments_file,
+)
+from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, EventStream, events_file
+from istrace.capture.labels import is_
 from istrace.capture.meta import read_meta, target_ports
 from istrace.merge import segment_pass
+from istrace.merge.extsort import ExternalSort
+from istrace.merge.ties import CommandTies
 from istrace.system import forked
 from istrace.system.paths import MissingBinary
 
@@ -62,6 +73,11 @@ _STR_COLS = [c for c in MERGED_COLUMNS if c in STR_COLUMNS] + ["dir", "cdb_name"
 
 MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int64())
                            for c in MERGED_COLUMNS])
+# Rows placed, tied and sorted a block at a time, whatever the capture's length (a minute's is
+# 460 000 rows); merged.parquet's row groups. At 128 Ki rows a group, the writer's buffers
+# raised the merge's peak by 70 MB on a minute's capture.
+BLOCK_ROWS = 1 << 15
+SORTED_ROWS = 1 << 15
 
 class MergeError(RuntimeError):
     pass
@@ -95,7 +111,7 @@ def _decode(pcap: Path, out_dir: Path, ports: tuple[int, ...]) -> str | None:
 def load_decoded(d: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     pdus = commands = None
     if (d / layout.PDUS).is_file():
-        pdus = read_table(d / layout.PDUS)
+        pdus = read_table(d / layout.PDUS, ANALYSED_PDU_COLUMNS)
         for c in ("itt", "ttt"):
             if c in pdus:
                 pdus[c] = attribution.tag_numbers(pdus[c])
@@ -123,19 +139,24 @@ def offset_of_first_copies(first_i: pd.DataFrame, first_t: pd.DataFrame) -> Cloc
                              "a capture is missing or empty: no common segments")
     _, at_i, at_t = np.intersect1d(first_i["_h"].to_numpy(), first_t["_h"].to_numpy(),
                                    assume_unique=True, return_indices=True)
-    m = pd.concat([first_i.iloc[at_i].reset_index(drop=True).add_suffix("_i"),
-                   first_t.iloc[at_t].reset_index(drop=True).add_suffix("_t")], axis=1)
-    # a 64-bit hash may (rarely) pair two different segments: keep only true pairs
-    same = np.ones(len(m), bool)
+    # a 64-bit hash may (rarely) pair two different segments: keep only true pairs, compared
+    # a column at a time (the pairs' rows are never gathered into a table: the samples are
+    # half a million segments a host)
+    same = np.ones(len(at_i), bool)
     for c in key:
-        same &= _same_labels(m[f"{c}_i"], m[f"{c}_t"]) if c in ("conn", "dir") else \
-            (m[f"{c}_i"] == m[f"{c}_t"]).to_numpy()
-    m = m[same].rename(columns={"dir_i": "dir"})
-    i2t = m[m["dir"] == "i2t"]
-    t2i = m[m["dir"] == "t2i"]
-    upper = int((i2t["ts_ns_t"] - i2t["ts_ns_i"]).min()) if len(i2t) else None
-    lower = int(-(t2i["ts_ns_i"] - t2i["ts_ns_t"]).min()) if len(t2i) else None
-    n = len(i2t) + len(t2i)
+        a = first_i[c].iloc[at_i].reset_index(drop=True)
+        b = first_t[c].iloc[at_t].reset_index(drop=True)
+        same &= _same_labels(a, b) if c in ("conn", "dir") else (a == b).to_numpy()
+    at_i, at_t = at_i[same], at_t[same]
+    direction = first_i["dir"].iloc[at_i]
+    i2t, t2i = is_(direction, "i2t").to_numpy(), is_(direction, "t2i").to_numpy()
+    # receive time minus send time of each pair: one-way delay plus or minus the offset
+    t_i = first_i["ts_ns"].to_numpy(np.int64)[at_i]
+    t_t = first_t["ts_ns"].to_numpy(np.int64)[at_t]
+    upper = int((t_t - t_i)[i2t].min()) if i2t.any() else None
+    lower = int(-(t_i - t_t)[t2i].min()) if t2i.any() else None
+    n_i2t, n_t2i = int(i2t.sum()), int(t2i.sum())
+    n = n_i2t + n_t2i
     if upper is not None and lower is not None:
         note = ""
         lo, hi = lower, upper
@@ -143,10 +164,10 @@ def offset_of_first_copies(first_i: pd.DataFrame, first_t: pd.DataFrame) -> Cloc
             note = (f"inconsistent bounds (lower {lo} > upper {hi} ns): the clocks moved "
                     "during the capture; the interval is widened to contain both")
             lo, hi = hi, lo
-        return ClockEstimate((lo + hi) // 2, (hi - lo + 1) // 2, n, len(i2t), len(t2i),
+        return ClockEstimate((lo + hi) // 2, (hi - lo + 1) // 2, n, n_i2t, n_t2i,
                              lower, upper, "tcp-segments-two-way", note)
     one = upper if upper is not None else lower
-    return ClockEstimate(one, None, n, len(i2t), len(t2i), lower, upper, "tcp-segments-one-way",
+    return ClockEstimate(one, None, n, n_i2t, n_t2i, lower, upper, "tcp-segments-one-way",
                          "segments in one direction only: the offset is bounded on one side "
                          "only (estimate = that bound)" if n else "no common segments")
 
@@ -224,74 +245,33 @@ def _with_clock(t: pa.Table, off: int) -> pa.Table:
                         pc.if_else(tcp_ev, pc.if_else(is_tgt, "t2i", "i2t"), t["dir"]))
 
 
-def _tie_by_lba(df: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame, slack: int) -> None:
-    """A kernel initiator's block, SCSI midlayer and iscsi_tcp events carry the LBA but no
-    ITT (it is assigned later): tie them by LBA and size, which is exact where time is a
-    guess (many commands outstanding). Block events count 512-byte sectors, the SCSI LBA
-    counts the LUN's blocks. Initiator only: a target's block events are its backing store's
-    sectors, which need not be the LUN's."""
-    # ... and the ITT-carrying ones the ITT rule left out: iscsi_tcp hands a command to TCP
-    # before the capture sees it on the wire, by more than the slack on a slow (emulated) host
-    rows = ((df["source"] == "probe") & (df["host"] == "initiator")
-            & (df["itt"].isna() | cmd.isna())
-            & df["lba"].notna() & df["layer"].isin(["block", "scsi", "iscsi"]))
-    rows = rows.fillna(False).astype(bool)
-    if not rows.any():
-        return
-    lba = pd.to_numeric(df.loc[rows, "lba"], errors="coerce")
-    blocks = df.loc[rows, "layer"] == "block"
-    bs = attribution.block_size(commands)
-    lba = lba.where(~blocks, lba * 512 // bs)
-    got = pd.Series(attribution.by_lba(_times(df, rows), lba, df.loc[rows, "bytes"], commands,
-                                       slack, attribution.ITT_LATE_NS), index=df.index[rows])
-    cmd[rows] = got.where(got.notna(), cmd[rows])
-
-
-def _times(df: pd.DataFrame, rows: pd.Series) -> np.ndarray:
-    """ts_ns_merged of the chosen rows: the initiator's clock, the one commands.csv is on."""
-    return df.loc[rows, "ts_ns_merged"].to_numpy(np.int64)
-
-
 # ----------------------------------------------------------------------------- main
 
-def _write_sorted(parts: list[pa.Table], order: np.ndarray, parquet: Path, csv: Path | None,
-                  rows: int = 1 << 15) -> None:
-    """The parts, one after the other, in `order` (indexes into their concatenation), a row
-    group at a time with every column (so neither the sorted copy nor the null columns are
-    ever whole in memory), to parquet and csv; each file written beside and renamed over
-    the old one. 32 Ki rows a group: at 128 Ki, a group's gathered pieces, their concat and
-    the CSV writer's buffers raised the merge's peak by 70 MB on a minute's capture."""
-    starts = np.cumsum([0] + [p.num_rows for p in parts])
+def _write_sorted(batches: Iterator[pa.Table], parquet: Path, csv: Path | None) -> None:
+    """The sorted rows, a row group at a time, to parquet and csv; each file written beside
+    and renamed over the old one."""
     tmp = [parquet.with_name(f".{parquet.name}.tmp")] + \
         ([csv.with_name(f".{csv.name}.tmp")] if csv else [])
     try:
         with pq.ParquetWriter(tmp[0], MERGED_SCHEMA, compression="lz4") as pw, \
                 (pacsv.CSVWriter(tmp[1], MERGED_SCHEMA) if csv else nullcontext()) as cw:
-            for i in range(0, max(len(order), 1), rows):
-                part = _gather(parts, starts, order[i:i + rows])
-                pw.write_table(part)
+            empty = True
+            for part in batches:
+                part = part.combine_chunks()
+                pw.write_table(part, row_group_size=SORTED_ROWS)
                 if cw is not None:
                     cw.write_table(part)
+                empty = False
+            if empty:  # the files still have their columns (and the CSV its header)
+                pw.write_table(MERGED_SCHEMA.empty_table())
+                if cw is not None:
+                    cw.write_table(MERGED_SCHEMA.empty_table())
         os.replace(tmp[0], parquet)
         if csv:
             os.replace(tmp[1], csv)
     finally:
         for t in tmp:
             t.unlink(missing_ok=True)
-
-
-def _gather(parts: list[pa.Table], starts: np.ndarray, idx: np.ndarray) -> pa.Table:
-    """The rows idx (into the parts' concatenation), in that order, with every column."""
-    which = np.searchsorted(starts, idx, side="right") - 1
-    pieces, placed = [], []
-    for k in np.unique(which):
-        at = np.flatnonzero(which == k)
-        pieces.append(_full(parts[k].take(pa.array(idx[at] - starts[k]))))
-        placed.append(at)
-    if not pieces:
-        return MERGED_SCHEMA.empty_table()
-    got = pa.concat_tables(pieces)
-    return got.take(pa.array(np.argsort(np.concatenate(placed), kind="stable")))
 
 
 @dataclass
@@ -362,68 +342,93 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         + (f" (1 key in {k})" if k > 1 else ""))
     walks = {h: forked.start(lambda h=h: segment_pass.first_copies(
         segment_pass.clock_sample(seg_bins[h], ports, k))) for h in seg_bins}
-    # the probe events read here meanwhile (tens of MB of JSON at full rate)
-    events: dict[str, pa.Table] = {}
+    # the probe events read here meanwhile (tens of MB of JSON at full rate), a block at a
+    # time into the merge's scratch files: the clock must be known before they are placed
+    scratch = Path(tempfile.mkdtemp(prefix=".merge-", dir=d))
+    try:
+        staged, lost, event_notes = _stage_events(d, scratch, say)
+        notes[:0] = event_notes  # first, as they were read first
+        sample = {h: walks[h]() if h in walks else segment_pass.first_copies(
+            pd.DataFrame(columns=segment_pass.KEY + ["ts_ns"])) for h in HOSTS}
+        if offset_override is not None:
+            clock = ClockEstimate(offset_override, 0, 0, 0, 0, None, None,
+                                  "given (--offset-ns)")
+        else:
+            clock = offset_of_first_copies(sample["initiator"], sample["target"])
+        del sample
+        if clock.offset_ns is None:
+            notes.append("clock offset unknown (no segment seen at both ends): target times "
+                         "are NOT moved; ts_ns_merged = ts_ns for both hosts")
+        off = int(clock.offset_ns or 0)
+        slack = max(attribution.SLACK_NS, 2 * int(clock.bound_ns or 0))
+        if not staged and not any(p is not None and not p.empty for p, _ in decoded.values()) \
+                and not seg_bins:
+            raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
+        n_rows, counts = _merge_all(d, staged, decoded, seg_bins, ports, off, slack,
+                                    write_csv, notes, scratch, say)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    clock_doc = asdict(clock)
+    clock_doc["notes"] = [n for n in notes if "clock" in n]
+    (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
+    return MergeResult(notes, n_rows, clock, lost, counts)
+
+
+def _stage_events(d: Path, scratch: Path, say: Any
+                  ) -> tuple[dict[str, Path], dict[str, int], list[str]]:
+    """Each host's probe events, read a block at a time into a scratch file as merged rows
+    (not yet on the common clock); (host -> file, host -> events lost, notes)."""
+    staged: dict[str, Path] = {}
     lost: dict[str, int] = {}
-    event_notes: list[str] = []
+    notes: list[str] = []
     for h in HOSTS:
         path = events_file(d, h)
         say(f"merge: reading {path.name}")
-        table, _meta, n_lost = read_events_table(path)
-        events[h] = table
-        lost[h] = n_lost
+        stream = EventStream(path)
+        out = scratch / f"events-{h}.parquet"
+        writer = None
+        try:
+            for block in stream:
+                rows = _conform(block)
+                if writer is None:
+                    writer = pq.ParquetWriter(out, rows.schema, compression="lz4")
+                writer.write_table(rows)
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is not None:
+            staged[h] = out
+        lost[h] = stream.lost
         if not path.is_file():
-            event_notes.append(f"no events-{h}.jsonl (or .csv)")
-        if n_lost:
-            event_notes.append(f"{h}: the probe lost {n_lost} events (ring buffer full)")
-    notes[:0] = event_notes  # first, as they were read first
-    sample = {h: walks[h]() if h in walks else segment_pass.first_copies(
-        pd.DataFrame(columns=segment_pass.KEY + ["ts_ns"])) for h in HOSTS}
+            notes.append(f"no events-{h}.jsonl (or .csv)")
+        if stream.lost:
+            notes.append(f"{h}: the probe lost {stream.lost} events (ring buffer full)")
+    return staged, lost, notes
 
-    if offset_override is not None:
-        clock = ClockEstimate(offset_override, 0, 0, 0, 0, None, None, "given (--offset-ns)")
-    else:
-        clock = offset_of_first_copies(sample["initiator"], sample["target"])
-    del sample
-    if clock.offset_ns is None:
-        notes.append("clock offset unknown (no segment seen at both ends): target times "
-                     "are NOT moved; ts_ns_merged = ts_ns for both hosts")
-    off = int(clock.offset_ns or 0)
-    bound = int(clock.bound_ns or 0)
-    slack = max(attribution.SLACK_NS, 2 * bound)
 
-    parts: list[pa.Table] = []
-    for h in HOSTS:
-        if events[h].num_rows:
-            parts.append(_conform(events[h]))
-        pdus, _cmds = decoded[h]
-        if pdus is not None and not pdus.empty:
-            parts.append(_pdu_rows(pdus, h))
-    if not parts and not seg_bins:
-        raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
-    del events  # in `parts` now
-    parts = parts or [MERGED_SCHEMA.empty_table()]
-    say("merge: joining")
-    parts = [_with_clock(p, off) for p in parts]
-
+def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Any],
+               seg_bins: dict[str, Path], ports: tuple[int, ...], off: int, slack: int,
+               write_csv: bool | None, notes: list[str], scratch: Path, say: Any
+               ) -> tuple[int, dict[str, int]]:
+    """merged.parquet (and merged.csv), each host's segments table and commands; (rows of
+    merged.parquet, rows per host and layer)."""
     ini_pdus, ini_cmds = decoded["initiator"]
-    tgt_pdus, _ = decoded["target"]
     have_cmds = ini_pdus is not None and "cmd" in ini_pdus and ini_cmds is not None
     # each host's segments tied to their commands (its own table), beside the events' join
     for h in seg_bins:
         say(f"merge: {h}'s segments on the common clock, tied to their commands")
-    ties = {h: forked.start(lambda h=h: segment_pass.tie_segments(
+    segs = {h: forked.start(lambda h=h: segment_pass.tie_segments(
         d, seg_bins[h], h, ports, off, ini_pdus if have_cmds else None, say, publish=False))
         for h in seg_bins}
     try:
-        n_rows, counts = _write_merged(d, parts, decoded, have_cmds, slack, off, write_csv,
-                                       notes, say)
-        for h in ties:
-            counts[f"{h}/net"] = ties[h]()
+        n_rows, counts = _write_merged(d, staged, decoded, have_cmds, slack, off, write_csv,
+                                       notes, scratch, say)
+        for h in segs:
+            counts[f"{h}/net"] = segs[h]()
     except BaseException:
         # a failed merge leaves the previous tables whole: the new segment tables wait
         # beside them until everything else is written
-        for h, wait in ties.items():
+        for h, wait in segs.items():
             try:
                 wait()
             except Exception:  # noqa: BLE001, S110 - the first failure is the one raised
@@ -431,104 +436,63 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
             segtable.discard(d, h)
         raise
     for h in HOSTS:
-        if h in ties:
+        if h in segs:
             segtable.publish(d, h)
         else:
             segtable.remove(d, h)  # an older merge's would contradict this one
-    clock_doc = asdict(clock)
-    clock_doc["notes"] = [n for n in notes if "clock" in n]
-    (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
-    return MergeResult(notes, n_rows, clock, lost, counts)
+    return n_rows, counts
 
 
-def _write_merged(d: Path, parts: list[pa.Table], decoded: dict[str, Any], have_cmds: bool,
+def _sources(staged: dict[str, Path], decoded: dict[str, Any]) -> Iterator[pa.Table]:
+    """Every merged row but the segments' in blocks, each host's events then its PDUs (the
+    order ties in time keep)."""
+    for h in HOSTS:
+        if h in staged:
+            for batch in pq.ParquetFile(staged[h]).iter_batches(batch_size=BLOCK_ROWS):
+                yield pa.Table.from_batches([batch])
+        pdus, _cmds = decoded[h]
+        if pdus is not None and not pdus.empty:
+            for i in range(0, len(pdus), BLOCK_ROWS):
+                yield _pdu_rows(pdus.iloc[i:i + BLOCK_ROWS], h)
+
+
+def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Any], have_cmds: bool,
                   slack: int, off: int, write_csv: bool | None, notes: list[str],
-                  say: Any) -> tuple[int, dict[str, int]]:
-    """The events and PDUs tied to their commands, sorted and written (merged.parquet,
-    merged.csv), and each host's commands on the common clock; (rows, rows per host and
-    layer)."""
+                  scratch: Path, say: Any) -> tuple[int, dict[str, int]]:
+    """The events and PDUs on the common clock, tied to their commands, sorted and written
+    (merged.parquet, merged.csv) a block at a time, and each host's commands on the common
+    clock; (rows, rows per host and layer)."""
     ini_pdus, ini_cmds = decoded["initiator"]
-    tgt_pdus, _ = decoded["target"]
-    # the columns the cmd_id rules look at, in pandas (strings as categoricals: cheap)
-    need = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt", "bytes",
-            "lba", "ts_ns_merged", "offset", "pdu"] if have_cmds else ["ts_ns"]
-    cols = pa.concat_tables([_full(p, need) for p in parts])
-    key = pa.table({c: (pc.dictionary_encode(cols[c]) if c in _STR_COLS else cols[c])
-                    for c in need})
-    del cols
-    df = key.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
-    cmd = pd.Series(pd.NA, index=df.index, dtype="Int64")
-    if have_cmds:
-        assert ini_pdus is not None and ini_cmds is not None
-        commands = ini_cmds.copy()
-        if "cmd" not in commands:
-            commands["cmd"] = np.arange(len(commands))
-        # initiator PDU rows: from the decoder
-        pdu_rows = (df["source"] == "pcap") & (df["layer"] == "iscsi")
-        ini_pdu_rows = pdu_rows & (df["host"] == "initiator")
-        lut = pd.Series(pd.to_numeric(ini_pdus["cmd"], errors="coerce").astype("Int64").values,
-                        index=pd.to_numeric(ini_pdus["pdu"], errors="coerce"))
-        lut = lut[~lut.index.duplicated()]
-        cmd[ini_pdu_rows] = lut.reindex(df.loc[ini_pdu_rows, "pdu"].astype("float")).values
-        seq_rows = (df["host"] == "target") & pdu_rows | \
-            ((df["source"] == "probe") & df["event"].isin(["retransmit", "tcp_probe"]))
-        seq_rows = seq_rows.fillna(False).astype(bool) & df["seq"].notna() & df["conn"].notna()
-        probe_seq = df.loc[seq_rows, ["conn", "dir", "seq", "ack", "event", "source"]].copy()
-        # tcp_probe carries snd_nxt in seq and snd_una in ack: the oldest unacked byte
-        is_probe = probe_seq["event"] == "tcp_probe"
-        probe_seq.loc[is_probe, "seq"] = probe_seq.loc[is_probe, "ack"]
-        probe_seq = probe_seq.dropna(subset=["seq", "dir"])
-        # the initiator's PDUs give each command's byte range: its own clock is the merged one
-        cmd.loc[probe_seq.index] = attribution.by_seq(
-            df.loc[probe_seq.index, "ts_ns_merged"].to_numpy(np.int64), probe_seq["conn"],
-            probe_seq["dir"], probe_seq["seq"], ini_pdus)
-        if tgt_pdus is None:
-            notes.append("target PDUs not decoded: target PDU rows have no cmd_id")
-        # ITT-carrying probe events
-        itt_rows = (df["source"] == "probe") & df["itt"].notna()
-        itt_rows = itt_rows.fillna(False).astype(bool)
-        cmd[itt_rows] = attribution.by_itt(_times(df, itt_rows), df.loc[itt_rows, "itt"],
-                                           commands, slack)
-        # syscall / block: by time on the host's clock moved to the initiator's
-        time_rows = (df["source"] == "probe") & df["layer"].isin(["syscall", "block"])
-        time_rows = time_rows.fillna(False).astype(bool)
-        cmd[time_rows] = attribution.by_time(_times(df, time_rows), commands, slack)
-        off_rows = time_rows & df["offset"].notna()
-        if off_rows.any():
-            by_off = pd.Series(attribution.by_offset(_times(df, off_rows),
-                                                     df.loc[off_rows, "offset"], commands,
-                                                     slack), index=df.index[off_rows])
-            cmd[off_rows] = by_off.where(by_off.notna(), cmd[off_rows])
-        _tie_by_lba(df, cmd, commands, slack)
-    else:
+    if not have_cmds:
         notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")
-    cmd_ids = pa.array(cmd, type=pa.int64(), from_pandas=True)
-    del key, df, cmd
-    at = 0
-    for i, p in enumerate(parts):
-        if "cmd_id" in p.column_names:
-            p = p.drop_columns(["cmd_id"])
-        parts[i] = p.append_column(MERGED_SCHEMA.field("cmd_id"), cmd_ids.slice(at, p.num_rows))
-        at += p.num_rows
-    say("merge: sorting and writing")
-    n_rows = at
-    # a stable sort of the parts' concatenation, as one table's would be
-    order = pc.sort_indices(pa.chunked_array([p["ts_ns_merged"] for p in parts])).to_numpy()
-    order = order.astype(np.int64)
-    csv = d / layout.MERGED_CSV
-    with_csv = bool(write_csv or (write_csv is None and n_rows <= CSV_MAX_ROWS))
-    _write_sorted(parts, order, d / layout.MERGED, csv if with_csv else None)
+    elif decoded["target"][0] is None:
+        notes.append("target PDUs not decoded: target PDU rows have no cmd_id")
+    tie = CommandTies(ini_pdus, ini_cmds, slack) if have_cmds else None
+    counts: dict[str, int] = {}
+    say("merge: joining")
+    with ExternalSort(MERGED_SCHEMA, "ts_ns_merged", scratch) as rows:
+        for block in _sources(staged, decoded):
+            block = _with_clock(block, off)
+            cmd = tie.cmd_ids(block) if tie is not None else \
+                pa.nulls(block.num_rows, pa.int64())
+            i = block.schema.get_field_index("cmd_id")
+            block = block.set_column(i, MERGED_SCHEMA.field("cmd_id"), cmd) if i >= 0 else \
+                block.append_column(MERGED_SCHEMA.field("cmd_id"), cmd)
+            for g in block.group_by(["host", "layer"]).aggregate(
+                    [("ts_ns", "count")]).to_pylist():
+                k = f"{g['host']}/{g['layer']}"
+                counts[k] = counts.get(k, 0) + int(g["ts_ns_count"])
+            rows.add(_full(block))
+        n_rows = rows.rows
+        say("merge: sorting and writing")
+        csv = d / layout.MERGED_CSV
+        with_csv = bool(write_csv or (write_csv is None and n_rows <= CSV_MAX_ROWS))
+        _write_sorted(rows.batches(SORTED_ROWS), d / layout.MERGED, csv if with_csv else None)
     if not with_csv:
         csv.unlink(missing_ok=True)  # an older merge's would contradict the new parquet
         notes.append(f"merged.csv not written ({n_rows} rows > {CSV_MAX_ROWS}; "
                      "istrace merge --csv writes it)" if write_csv is None else
                      "merged.csv not written (--no-csv)")
-    counts: dict[str, int] = {}
-    for p in parts:
-        for g in p.group_by(["host", "layer"]).aggregate([("ts_ns", "count")]).to_pylist():
-            k = f"{g['host']}/{g['layer']}"
-            counts[k] = counts.get(k, 0) + int(g["ts_ns_count"])
-    parts.clear()  # the caller's list: the tables are freed now
     for h in HOSTS:  # each host's commands, times also on the common clock
         _pdus, host_cmds = decoded[h]
         if host_cmds is None:

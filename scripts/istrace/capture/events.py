@@ -8,6 +8,7 @@ lines are taken out and returned beside the table.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,94 +88,106 @@ def _last_newline(buf: pa.Buffer) -> int:
     return -1
 
 
-def _read_csv(source: str | pa.BufferReader, schema: pa.Schema) -> pa.Table:
-    return pacsv.read_csv(
-        source,
-        read_options=pacsv.ReadOptions(block_size=1 << 24),
-        convert_options=pacsv.ConvertOptions(
-            column_types={f.name: f.type for f in schema},
-            strings_can_be_null=True, quoted_strings_can_be_null=False))
+# Text parsed a block at a time (about 2 500 events): neither the text nor the parsed table of
+# a stream is held whole by a reader that takes it a block at a time (4 MiB blocks raised the
+# reader's own peak by 50 MB: Arrow parses several at once)
+_BLOCK = 1 << 20
 
 
-def read_events_table(path: Path, extras: bool = False) -> tuple[pa.Table, dict[str, Any], int]:
-    """One stream as an Arrow table (meta and counter rows removed), the stream's meta, and
-    the events it lost. The schema's columns always; with `extras`, any other field the
-    stream carries too (types inferred), else those are dropped."""
+class EventStream:
+    """One stream's events a block at a time, as Arrow tables with the schema's columns in its
+    order (meta and counter rows taken out). Once iterated, `meta` is the stream's meta line
+    and `lost` the events the probe lost (its ring buffer full)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.meta: dict[str, Any] = {}
+        self.lost = 0
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        path = self.path
+        if not path.is_file() or path.stat().st_size == 0:
+            return
+        source = _whole_lines(path)
+        if source is None:
+            return
+        if path.suffix == ".csv":
+            reader = pacsv.open_csv(
+                source, read_options=pacsv.ReadOptions(block_size=_BLOCK),
+                # the schema's columns only, typed as there (a column the schema lacks would be
+                # typed from the first block alone), those a CSV from an older probe lacks null
+                convert_options=pacsv.ConvertOptions(
+                    column_types={f.name: f.type for f in EVENT_SCHEMA},
+                    include_columns=[f.name for f in EVENT_SCHEMA],
+                    include_missing_columns=True,
+                    strings_can_be_null=True, quoted_strings_can_be_null=False))
+            self.meta = _side_meta(path.with_suffix(".meta.json"))
+        else:
+            self.meta = _meta_line(path)
+            reader = pajson.open_json(
+                source, read_options=pajson.ReadOptions(block_size=_BLOCK),
+                parse_options=pajson.ParseOptions(explicit_schema=EVENT_SCHEMA,
+                                                  unexpected_field_behavior="ignore"))
+        names = [f.name for f in EVENT_SCHEMA]
+        for batch in reader:
+            table = pa.Table.from_batches([batch]).select(names)
+            is_meta = pc.fill_null(pc.equal(table["layer"], "meta"), False)
+            counters = table.filter(pc.and_(is_meta, pc.is_in(
+                table["event"], value_set=pa.array(["lost", "end"]))))
+            top = pc.max(counters["lost"]).as_py() if counters.num_rows else None
+            self.lost = max(self.lost, int(top or 0))
+            table = table.filter(pc.invert(is_meta)).drop_columns(["lost"])
+            if table.num_rows:
+                yield table
+
+
+def _meta_line(path: Path) -> dict[str, Any]:
+    """A JSON stream's first line when it is the meta line, else {}."""
+    with open(path, "rb") as f:
+        first = f.readline()
+    try:
+        rec = json.loads(first) if first else {}
+    except json.JSONDecodeError:
+        return {}
+    return rec if isinstance(rec, dict) and rec.get("event") == "meta" else {}
+
+
+def _side_meta(path: Path) -> dict[str, Any]:
+    """A CSV stream's meta, written beside it."""
+    try:
+        got = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def read_events_table(path: Path) -> tuple[pa.Table, dict[str, Any], int]:
+    """One stream as one Arrow table (EventStream's batches joined), the stream's meta, and
+    the events it lost."""
+    stream = EventStream(path)
+    tables = list(stream)
     empty = pa.table({f.name: pa.array([], f.type) for f in EVENT_SCHEMA if f.name != "lost"})
-    if not path.is_file() or path.stat().st_size == 0:
-        return empty, {}, 0
-    meta: dict[str, Any] = {}
-    source = _whole_lines(path)
-    if source is None:
-        return empty, {}, 0
-    if path.suffix == ".csv":
-        table = _read_csv(source, EVENT_SCHEMA)
-        side = path.with_suffix(".meta.json")
-        if side.is_file():
-            try:
-                meta = json.loads(side.read_text())
-            except ValueError:
-                meta = {}
-    else:
-        with open(path, "rb") as f:
-            first = f.readline()
-        try:
-            rec = json.loads(first) if first else {}
-            if rec.get("event") == "meta":
-                meta = rec
-        except json.JSONDecodeError:
-            pass
-        table = pajson.read_json(
-            source,
-            read_options=pajson.ReadOptions(block_size=1 << 22),
-            parse_options=pajson.ParseOptions(
-                explicit_schema=EVENT_SCHEMA,
-                unexpected_field_behavior="infer" if extras else "ignore"))
-    for f in EVENT_SCHEMA:  # a CSV from an older probe may lack the newest columns
-        if f.name not in table.column_names:
-            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
-    # The schema's columns in its order (a CSV has them in the probe's), then any extras.
-    names = [f.name for f in EVENT_SCHEMA]
-    rest = [c for c in table.column_names if c not in names] if extras else []
-    table = table.select(names + rest)
-    is_meta = pc.fill_null(pc.equal(table["layer"], "meta"), False)
-    counters = table.filter(pc.and_(is_meta, pc.is_in(table["event"],
-                                                      value_set=pa.array(["lost", "end"]))))
-    top = pc.max(counters["lost"]).as_py() if counters.num_rows else None
-    table = table.filter(pc.invert(is_meta)).drop_columns(["lost"])
-    return table, meta, int(top or 0)
+    return (pa.concat_tables(tables) if tables else empty), stream.meta, stream.lost
 
 
-def read_events(path: Path, extras: bool = False) -> tuple[pd.DataFrame, dict[str, Any], int]:
+def read_events(path: Path) -> tuple[pd.DataFrame, dict[str, Any], int]:
     """read_events_table as a pandas frame with nullable integer columns."""
-    table, meta, lost = read_events_table(path, extras)
+    table, meta, lost = read_events_table(path)
     df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(),
                                        pa.uint64(): pd.UInt64Dtype()}.get)
     df["cookie"] = df["cookie"].astype("Int64")
     return df, meta, lost
 
 
-def load_events(d: Path, extras: bool = False, only_analysed: bool = False
-                ) -> pd.DataFrame | None:
+def load_events(d: Path, only_analysed: bool = False) -> pd.DataFrame | None:
     """Every host's events of a capture directory as one table in time order (None when there
     are none), or with `only_analysed` those analysed() keeps; integers with gaps are floats
     (NaN), as analysis code expects."""
     tables = []
     hosts = {layout.events_host(f) for f in layout.events_files(d)}
     for host in sorted(hosts, key=lambda h: (h not in HOSTS, h)):
-        table, _, _ = read_events_table(events_file(d, host), extras)
-        if table.num_rows == 0:
-            continue
-        i = table.schema.get_field_index("host")
-        table = table.set_column(i, "host", pc.fill_null(table["host"], host))
-        if only_analysed:
-            table = analysed(table)
-        # text dictionary-encoded before the join and sort: a minute's 330 000 events repeat
-        # a few dozen names, which as strings were 40% of the table (and become categoricals)
-        for j, f in enumerate(table.schema):
-            if pa.types.is_string(f.type):
-                table = table.set_column(j, f.name, pc.dictionary_encode(table[f.name]))
-        tables.append(table)
+        for table in EventStream(events_file(d, host)):
+            tables.append(_kept(table, host, only_analysed))
     if not tables:
         return None
     # joined and put in time order as Arrow tables, then converted a column at a time: one
@@ -184,3 +197,18 @@ def load_events(d: Path, extras: bool = False, only_analysed: bool = False
     del tables
     table = table.take(pc.sort_indices(table, [("ts_ns", "ascending")]))
     return table.to_pandas(split_blocks=True, self_destruct=True)
+
+
+def _kept(table: pa.Table, host: str, only_analysed: bool) -> pa.Table:
+    """A block of a host's events as load_events holds it: host filled in, analysed()'s share
+    when asked, text dictionary-encoded (a minute's 330 000 events repeat a few dozen names,
+    which as strings were 40% of the table, and become categoricals), a block at a time so
+    that neither the text nor the dropped events are ever held whole."""
+    i = table.schema.get_field_index("host")
+    table = table.set_column(i, "host", pc.fill_null(table["host"], host))
+    if only_analysed:
+        table = analysed(table)
+    for j, f in enumerate(table.schema):
+        if pa.types.is_string(f.type):
+            table = table.set_column(j, f.name, pc.dictionary_encode(table[f.name]))
+    return table

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture import layout
-from istrace.capture.decoded import DecodeError, read_table, segments_file
+from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, DecodeError, read_table, segments_file
 from istrace.capture.events import load_events
 from istrace.capture.hoststats import load_hoststats
 from istrace.capture.meta import DEFAULT_PORT, read_meta, target_ports
@@ -38,7 +38,8 @@ class EmptyCapture(ValueError):
 class Capture:
     dir: Path
     meta: dict[str, Any] = field(default_factory=dict)
-    pdus: dict[str, pd.DataFrame] = field(default_factory=dict)       # host -> pdus.csv
+    # host -> pdus.csv, the columns the analyses read (decoded.ANALYSED_PDU_COLUMNS)
+    pdus: dict[str, pd.DataFrame] = field(default_factory=dict)
     commands: dict[str, pd.DataFrame] = field(default_factory=dict)   # host -> commands.csv
     connections: pd.DataFrame | None = None
     # host -> its TCP segments, read from segments.bin a slice at a time (a table given here
@@ -99,9 +100,9 @@ class Capture:
         return self.events if self.events_complete else load_events(self.dir)
 
 
-def _read_csv(path: Path) -> pd.DataFrame | None:
+def _read_csv(path: Path, columns: list[str] | None = None) -> pd.DataFrame | None:
     try:
-        return read_table(path)
+        return read_table(path, columns)
     except (OSError, ValueError) as exc:
         print(f"istrace: {path}: unreadable ({exc})", file=sys.stderr)
         return None
@@ -176,10 +177,12 @@ def load_capture(d: str | Path, decode: bool = True,
             if found is None:
                 continue
         if found is not None:
-            for name, store in (("pdus", cap.pdus), ("commands", cap.commands)):
-                t = _read_csv(found / {"pdus": layout.PDUS, "commands": layout.COMMANDS}[name])
-                if t is not None:
-                    store[host] = t
+            pdus = _read_csv(found / layout.PDUS, ANALYSED_PDU_COLUMNS)
+            if pdus is not None:
+                cap.pdus[host] = pdus
+            commands = _read_csv(found / layout.COMMANDS)
+            if commands is not None:
+                cap.commands[host] = commands
             if host == "initiator" and (found / layout.CONNECTIONS).is_file():
                 cap.connections = _read_csv(found / layout.CONNECTIONS)
 

@@ -1,0 +1,103 @@
+"""Each merged row's command (cmd_id, docs/schema.md §6), a block of rows at a time: the rules
+of istrace.capture.attribution, which look a row up in the initiator's commands and PDUs and
+never at the other rows, so blocks give what the whole table would."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from istrace.capture import attribution
+
+# the columns the rules look at
+_NEED = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt", "bytes", "lba",
+         "ts_ns_merged", "offset", "pdu"]
+
+
+class CommandTies:
+    """The rules, given the initiator's PDUs and commands (pdus.csv with its `cmd` column,
+    commands.csv) and the time slack the clock's bound allows."""
+
+    def __init__(self, ini_pdus: pd.DataFrame, ini_cmds: pd.DataFrame, slack: int) -> None:
+        self.pdus, self.slack = ini_pdus, slack
+        self.commands = ini_cmds.copy()
+        if "cmd" not in self.commands:
+            self.commands["cmd"] = np.arange(len(self.commands))
+        lut = pd.Series(pd.to_numeric(ini_pdus["cmd"], errors="coerce").astype("Int64").values,
+                        index=pd.to_numeric(ini_pdus["pdu"], errors="coerce"))
+        self.pdu_cmd = lut[~lut.index.duplicated()]
+
+    def cmd_ids(self, block: pa.Table) -> pa.Array:
+        """The command of each row of a block of merged rows (on the common clock)."""
+        key = pa.table({c: (pc.dictionary_encode(block[c]) if pa.types.is_string(block[c].type)
+                            else block[c]) if c in block.column_names
+                        else pa.nulls(block.num_rows, pa.int64()) for c in _NEED})
+        df = key.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+        cmd = pd.Series(pd.NA, index=df.index, dtype="Int64")
+        commands, slack = self.commands, self.slack
+        # initiator PDU rows: from the decoder
+        pdu_rows = (df["source"] == "pcap") & (df["layer"] == "iscsi")
+        ini_pdu_rows = (pdu_rows & (df["host"] == "initiator")).fillna(False).astype(bool)
+        cmd[ini_pdu_rows] = self.pdu_cmd.reindex(
+            df.loc[ini_pdu_rows, "pdu"].astype("float")).values
+        seq_rows = (df["host"] == "target") & pdu_rows | \
+            ((df["source"] == "probe") & df["event"].isin(["retransmit", "tcp_probe"]))
+        seq_rows = seq_rows.fillna(False).astype(bool) & df["seq"].notna() & df["conn"].notna()
+        probe_seq = df.loc[seq_rows, ["conn", "dir", "seq", "ack", "event", "source"]].copy()
+        # tcp_probe carries snd_nxt in seq and snd_una in ack: the oldest unacked byte
+        is_probe = probe_seq["event"] == "tcp_probe"
+        probe_seq.loc[is_probe, "seq"] = probe_seq.loc[is_probe, "ack"]
+        probe_seq = probe_seq.dropna(subset=["seq", "dir"])
+        if len(probe_seq):
+            # the initiator's PDUs give each command's byte range: its own clock is the merged one
+            cmd.loc[probe_seq.index] = attribution.by_seq(
+                df.loc[probe_seq.index, "ts_ns_merged"].to_numpy(np.int64), probe_seq["conn"],
+                probe_seq["dir"], probe_seq["seq"], self.pdus)
+        # ITT-carrying probe events
+        itt_rows = ((df["source"] == "probe") & df["itt"].notna()).fillna(False).astype(bool)
+        if itt_rows.any():
+            cmd[itt_rows] = attribution.by_itt(_times(df, itt_rows), df.loc[itt_rows, "itt"],
+                                               commands, slack)
+        # syscall / block: by time on the host's clock moved to the initiator's
+        time_rows = (df["source"] == "probe") & df["layer"].isin(["syscall", "block"])
+        time_rows = time_rows.fillna(False).astype(bool)
+        if time_rows.any():
+            cmd[time_rows] = attribution.by_time(_times(df, time_rows), commands, slack)
+        off_rows = time_rows & df["offset"].notna()
+        if off_rows.any():
+            by_off = pd.Series(attribution.by_offset(_times(df, off_rows),
+                                                     df.loc[off_rows, "offset"], commands,
+                                                     slack), index=df.index[off_rows])
+            cmd[off_rows] = by_off.where(by_off.notna(), cmd[off_rows])
+        _tie_by_lba(df, cmd, commands, slack)
+        return pa.array(cmd, type=pa.int64(), from_pandas=True)
+
+
+def _tie_by_lba(df: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame, slack: int) -> None:
+    """A kernel initiator's block, SCSI midlayer and iscsi_tcp events carry the LBA but no
+    ITT (it is assigned later): tie them by LBA and size, which is exact where time is a
+    guess (many commands outstanding). Block events count 512-byte sectors, the SCSI LBA
+    counts the LUN's blocks. Initiator only: a target's block events are its backing store's
+    sectors, which need not be the LUN's."""
+    # ... and the ITT-carrying ones the ITT rule left out: iscsi_tcp hands a command to TCP
+    # before the capture sees it on the wire, by more than the slack on a slow (emulated) host
+    rows = ((df["source"] == "probe") & (df["host"] == "initiator")
+            & (df["itt"].isna() | cmd.isna())
+            & df["lba"].notna() & df["layer"].isin(["block", "scsi", "iscsi"]))
+    rows = rows.fillna(False).astype(bool)
+    if not rows.any():
+        return
+    lba = pd.to_numeric(df.loc[rows, "lba"], errors="coerce")
+    blocks = df.loc[rows, "layer"] == "block"
+    bs = attribution.block_size(commands)
+    lba = lba.where(~blocks, lba * 512 // bs)
+    got = pd.Series(attribution.by_lba(_times(df, rows), lba, df.loc[rows, "bytes"], commands,
+                                       slack, attribution.ITT_LATE_NS), index=df.index[rows])
+    cmd[rows] = got.where(got.notna(), cmd[rows])
+
+
+def _times(df: pd.DataFrame, rows: pd.Series) -> np.ndarray:
+    """ts_ns_merged of the chosen rows: the initiator's clock, the one commands.csv is on."""
+    return df.loc[rows, "ts_ns_merged"].to_numpy(np.int64)
+
