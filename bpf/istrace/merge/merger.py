@@ -50,10 +50,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from istrace.capture import attribution, cmdtable, layout, segtable
 from istrace.capture.decoded import (
-    ANALYSED_PDU_COLUMNS,
     DecodeError,
     decode_to_dir,
     read_table,
+    read_table_blocks,
     segments_file,
 )
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, EventStream, events_file
@@ -77,6 +77,9 @@ MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int
 # 460 000 rows); merged.parquet's row groups. At 128 Ki rows a group, the writer's buffers
 # raised the merge's peak by 70 MB on a minute's capture.
 BLOCK_ROWS = 1 << 15
+# the merge's scratch files (istrace.merge.extsort's too): Arrow's own format, compressed,
+# written and read back several times faster than Parquet
+SCRATCH_FORMAT = pa.ipc.IpcWriteOptions(compression="lz4")
 SORTED_ROWS = 1 << 15
 
 class MergeError(RuntimeError):
@@ -108,18 +111,33 @@ def _decode(pcap: Path, out_dir: Path, ports: tuple[int, ...]) -> str | None:
     return None
 
 
-def load_decoded(d: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    pdus = commands = None
+# what a PDU's merged row is made of (_pdu_rows)
+PDU_ROW_COLUMNS = ["pdu", "ts_ns", "conn", "dir", "tcp_seq", "opcode", "opcode_name", "dsl",
+                   "itt", "cdb_name", "lba", "xfer_bytes", "note"]
+# what ties a row to its command by TCP sequence (attribution.by_seq) or PDU number
+PDU_TIE_COLUMNS = ["pdu", "ts_ns", "conn", "dir", "tcp_seq", "cmd"]
+
+
+@dataclass
+class Decoded:
+    """What the merge takes from one host's decode: its pdus.csv (its rows read a block at a
+    time: 65 000 PDUs a host a minute at full rate, 2 million with 8 KiB Data-In PDUs), the
+    columns of its PDUs that tie rows to commands, and its commands."""
+    pdus: Path | None = None
+    ties: pd.DataFrame | None = None
+    commands: pd.DataFrame | None = None
+
+
+def load_decoded(d: Path) -> Decoded:
+    out = Decoded()
     if (d / layout.PDUS).is_file():
-        pdus = read_table(d / layout.PDUS, ANALYSED_PDU_COLUMNS)
-        for c in ("itt", "ttt"):
-            if c in pdus:
-                pdus[c] = attribution.tag_numbers(pdus[c])
+        out.pdus = d / layout.PDUS
+        out.ties = read_table(out.pdus, PDU_TIE_COLUMNS)
     if (d / layout.COMMANDS).is_file():
-        commands = read_table(d / layout.COMMANDS)
-        if "itt" in commands:
-            commands["itt"] = attribution.tag_numbers(commands["itt"])
-    return pdus, commands
+        out.commands = read_table(d / layout.COMMANDS)
+        if "itt" in out.commands:
+            out.commands["itt"] = attribution.tag_numbers(out.commands["itt"])
+    return out
 
 
 # ----------------------------------------------------------------------------- clock
@@ -304,7 +322,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         except (OSError, ValueError):
             ports = target_ports({})
     # The decoder first: its segments.bin (beside the PDUs) is the segment table.
-    decoded: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None]] = {}
+    decoded: dict[str, Decoded] = {}
     seg_dirs: dict[str, Path] = {}
     dds = {h: next((c for c in layout.decoded_dirs(d, h) if (c / layout.PDUS).is_file()),
                    layout.decoded_dir(d, h)) for h in HOSTS}
@@ -361,8 +379,8 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
                          "are NOT moved; ts_ns_merged = ts_ns for both hosts")
         off = int(clock.offset_ns or 0)
         slack = max(attribution.SLACK_NS, 2 * int(clock.bound_ns or 0))
-        if not staged and not any(p is not None and not p.empty for p, _ in decoded.values()) \
-                and not seg_bins:
+        if not staged and not any(x.ties is not None and not x.ties.empty
+                                  for x in decoded.values()) and not seg_bins:
             raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
         n_rows, counts = _merge_all(d, staged, decoded, seg_bins, ports, off, slack,
                                     write_csv, notes, scratch, say)
@@ -385,13 +403,13 @@ def _stage_events(d: Path, scratch: Path, say: Any
         path = events_file(d, h)
         say(f"merge: reading {path.name}")
         stream = EventStream(path)
-        out = scratch / f"events-{h}.parquet"
+        out = scratch / f"events-{h}.arrow"
         writer = None
         try:
             for block in stream:
                 rows = _conform(block)
                 if writer is None:
-                    writer = pq.ParquetWriter(out, rows.schema, compression="lz4")
+                    writer = pa.ipc.new_file(out, rows.schema, options=SCRATCH_FORMAT)
                 writer.write_table(rows)
         finally:
             if writer is not None:
@@ -406,14 +424,15 @@ def _stage_events(d: Path, scratch: Path, say: Any
     return staged, lost, notes
 
 
-def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Any],
+def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
                seg_bins: dict[str, Path], ports: tuple[int, ...], off: int, slack: int,
                write_csv: bool | None, notes: list[str], scratch: Path, say: Any
                ) -> tuple[int, dict[str, int]]:
     """merged.parquet (and merged.csv), each host's segments table and commands; (rows of
     merged.parquet, rows per host and layer)."""
-    ini_pdus, ini_cmds = decoded["initiator"]
-    have_cmds = ini_pdus is not None and "cmd" in ini_pdus and ini_cmds is not None
+    ini = decoded["initiator"]
+    ini_pdus = ini.ties
+    have_cmds = ini_pdus is not None and "cmd" in ini_pdus and ini.commands is not None
     # each host's segments tied to their commands (its own table), beside the events' join
     for h in seg_bins:
         say(f"merge: {h}'s segments on the common clock, tied to their commands")
@@ -443,31 +462,49 @@ def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Any],
     return n_rows, counts
 
 
-def _sources(staged: dict[str, Path], decoded: dict[str, Any]) -> Iterator[pa.Table]:
+def _sources(staged: dict[str, Path], decoded: dict[str, Decoded]) -> Iterator[pa.Table]:
     """Every merged row but the segments' in blocks, each host's events then its PDUs (the
     order ties in time keep)."""
     for h in HOSTS:
         if h in staged:
-            for batch in pq.ParquetFile(staged[h]).iter_batches(batch_size=BLOCK_ROWS):
-                yield pa.Table.from_batches([batch])
-        pdus, _cmds = decoded[h]
-        if pdus is not None and not pdus.empty:
-            for i in range(0, len(pdus), BLOCK_ROWS):
-                yield _pdu_rows(pdus.iloc[i:i + BLOCK_ROWS], h)
+            yield from _blocks(staged[h])
+        pdus = decoded[h].pdus
+        for block in read_table_blocks(pdus, PDU_ROW_COLUMNS, BLOCK_ROWS) if pdus else []:
+            if "itt" in block:
+                block["itt"] = attribution.tag_numbers(block["itt"])
+            yield _pdu_rows(block, h)
 
 
-def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Any], have_cmds: bool,
-                  slack: int, off: int, write_csv: bool | None, notes: list[str],
-                  scratch: Path, say: Any) -> tuple[int, dict[str, int]]:
+def _blocks(staged: Path) -> Iterator[pa.Table]:
+    """A staged file's rows, BLOCK_ROWS a table (the probe's blocks are a few thousand)."""
+    reader = pa.ipc.open_file(pa.OSFile(str(staged)))
+    held: list[pa.RecordBatch] = []
+    n = 0
+    for i in range(reader.num_record_batches):
+        held.append(reader.get_batch(i))
+        n += held[-1].num_rows
+        if n >= BLOCK_ROWS:
+            yield pa.Table.from_batches(held)
+            held, n = [], 0
+    if held:
+        yield pa.Table.from_batches(held)
+
+
+def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
+                  have_cmds: bool, slack: int, off: int, write_csv: bool | None,
+                  notes: list[str], scratch: Path, say: Any) -> tuple[int, dict[str, int]]:
     """The events and PDUs on the common clock, tied to their commands, sorted and written
     (merged.parquet, merged.csv) a block at a time, and each host's commands on the common
     clock; (rows, rows per host and layer)."""
-    ini_pdus, ini_cmds = decoded["initiator"]
+    ini = decoded["initiator"]
     if not have_cmds:
         notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")
-    elif decoded["target"][0] is None:
+    elif decoded["target"].pdus is None:
         notes.append("target PDUs not decoded: target PDU rows have no cmd_id")
-    tie = CommandTies(ini_pdus, ini_cmds, slack) if have_cmds else None
+    tie = None
+    if have_cmds:
+        assert ini.ties is not None and ini.commands is not None
+        tie = CommandTies(ini.ties, ini.commands, slack)
     counts: dict[str, int] = {}
     say("merge: joining")
     with ExternalSort(MERGED_SCHEMA, "ts_ns_merged", scratch) as rows:
@@ -494,7 +531,7 @@ def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Any], hav
                      "istrace merge --csv writes it)" if write_csv is None else
                      "merged.csv not written (--no-csv)")
     for h in HOSTS:  # each host's commands, times also on the common clock
-        _pdus, host_cmds = decoded[h]
+        host_cmds = decoded[h].commands
         if host_cmds is None:
             cmdtable.remove(d, h)  # an older merge's would contradict this one
         else:

@@ -296,6 +296,18 @@ def read_table(path: str | Path, columns: Iterable[str] | None = None) -> pd.Dat
                        na_values=[""], usecols=[c for c in head if c in wanted])
 
 
+def read_table_blocks(path: str | Path, columns: Iterable[str], rows: int
+                      ) -> Iterator[pd.DataFrame]:
+    """read_table's `columns` of a table, `rows` rows at a time (a column's type is found in
+    each block: a block where it is empty holds it as missing floats)."""
+    head = pd.read_csv(path, nrows=0).columns
+    wanted = set(columns) & set(head)
+    ints = {c: "Int64" for c in wanted if c.endswith("ts_ns") or c in ("tcp_seq", "cmd")}
+    with pd.read_csv(path, dtype=ints, keep_default_na=False, na_values=[""],
+                     usecols=[c for c in head if c in wanted], chunksize=rows) as blocks:
+        yield from blocks
+
+
 def _file(d: str | Path, name: str) -> Path:
     p = Path(d)
     return p if p.is_file() else p / name
