@@ -22,11 +22,14 @@ PORTS = (3260,)
 ROWS = 64  # many slices of a few thousand rows
 
 
-def _capture(path: Path, seed: int = 1) -> Path:
+def _capture(path: Path, seed: int = 1, same_ports: bool = False) -> Path:
     """Three connections interleaved: two to an iSCSI port, one between two other ports
-    (its sides told by its SYN+ACK); clocks that step back now and then."""
+    (its sides told by its SYN+ACK); clocks that step back now and then. `same_ports`: the
+    first two from two initiators on the same port (only the addresses tell them apart)."""
     rng = np.random.default_rng(seed)
-    flows = [pw.Flow(ini_port=40000), pw.Flow(ini_port=40001, ini_isn=4_294_960_000),
+    flows = [pw.Flow(ini_port=40000),
+             pw.Flow(ini_ip="10.99.0.5" if same_ports else "10.99.0.1",
+                     ini_port=40000 if same_ports else 40001, ini_isn=4_294_960_000),
              pw.Flow(ini_port=50000, tgt_ip="10.99.0.3", tgt_port=8080)]
     todo = [list(f.handshake()) for f in flows]
     for _ in range(2000):
@@ -50,10 +53,12 @@ def _capture(path: Path, seed: int = 1) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[FileSegments, pd.DataFrame]:
+@pytest.fixture(scope="module", params=[False, True], ids=["ports", "same-ports"])
+def both(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> tuple[FileSegments, pd.DataFrame]:
     d = tmp_path_factory.mktemp("segsource")
-    binf = segments_file(_capture(d / "initiator.pcap"), d / "decoded")
+    binf = segments_file(_capture(d / "initiator.pcap", same_ports=request.param),
+                         d / "decoded")
     whole = conn_and_dir(read_segments(binf), PORTS)
     return FileSegments(binf, PORTS), whole
 
@@ -62,12 +67,18 @@ def test_rows_labels_and_cuts_are_the_whole_tables(both) -> None:
     src, whole = both
     assert len(src) == len(whole) > 3000
     assert len(whole["conn"].cat.categories) == 3
+    frame = FrameSegments(whole)
     for col in ("conn", "dir"):
-        assert list(getattr(src, col).cat.categories) == \
-            list(whole[col].cat.categories)
-        assert (getattr(src, col).cat.codes.to_numpy()
-                == whole[col].cat.codes.to_numpy()).all()
-    assert src.conns() == [str(c) for c in whole["conn"].unique()]
+        # the labels in the order of the whole table's categories, each row's code theirs
+        for s in (src, frame):
+            assert list(s.labels(col)) == list(whole[col].cat.categories)
+            codes = np.concatenate([c[col] for _a, _b, c in row_slices(s, [col], rows=ROWS)])
+            assert (codes == whole[col].cat.codes.to_numpy()).all()
+    assert list(src.conn_labels) == list(src.labels("conn"))
+    assert list(src.dir_labels) == list(src.labels("dir"))
+    assert src.code("dir", "t2i") == list(whole["dir"].cat.categories).index("t2i")
+    assert src.code("conn", "nowhere") == -2
+    assert src.conns() == frame.conns() == [str(c) for c in whole["conn"].unique()]
     ts = whole["ts_ns"].to_numpy()
     assert src.cuts(ROWS) == clean_cuts(ts, ROWS) and len(src.cuts(ROWS)) > 20
     assert src.ts_min() == int(ts.min())
@@ -75,8 +86,14 @@ def test_rows_labels_and_cuts_are_the_whole_tables(both) -> None:
     for _ in range(50):
         a = int(rng.integers(0, len(src)))
         b = a + int(rng.integers(0, 500))
-        got = src.read(["ts_ns", "seq", "ack", "flags", "win", "len", "sack"], a, b)
+        got = src.read(["ts_ns", "seq", "conn", "ack", "flags", "win", "len", "sack", "dir"],
+                       a, b)
+        assert list(got) == ["ts_ns", "seq", "conn", "ack", "flags", "win", "len", "sack",
+                             "dir"]
         for c, v in got.items():
+            if c in ("conn", "dir"):
+                assert (v == whole[c].cat.codes.to_numpy()[a:b]).all(), c
+                continue
             want = whole[c].to_numpy()[a:b]
             assert v.dtype == want.dtype and (v == want).all(), c
     pd.testing.assert_frame_equal(src.frame(), whole[src.frame().columns])
@@ -92,6 +109,12 @@ def test_one_connection_is_the_filtered_table(both) -> None:
         for c, v in got.items():
             assert (v == want[c].to_numpy()).all()
         assert mine.cuts(ROWS) == clean_cuts(want["ts_ns"].to_numpy(), ROWS)
+        labels = mine.read(["conn", "dir"], 0, len(mine))
+        assert (mine.conn_labels[labels["conn"]] == conn).all()
+        assert (mine.dir_labels[labels["dir"]] == want["dir"].astype(str).to_numpy()).all()
+        assert mine.conns() == [conn] and mine.only(conn) is mine
+        assert len(mine.only(next(c for c in src.conns() if c != conn))) == 0
+        pd.testing.assert_frame_equal(mine.frame(), want)
 
 
 def test_analyses_answer_the_same_from_the_file(both) -> None:
@@ -133,8 +156,21 @@ def _resident_kib(path: Path) -> int:
 def test_a_pass_gives_the_file_back(both) -> None:
     src, _ = both
     n = 0
-    for _a, _b, c in row_slices(src, ["ts_ns", "seq", "len"], rows=ROWS):
+    for _a, _b, c in row_slices(src, ["ts_ns", "seq", "len", "conn", "dir"], rows=ROWS):
         n += len(c["ts_ns"])
         # the pages read (and those a fault mapped around them) are given back
         assert _resident_kib(src.path) <= 64
     assert n == len(src) and src.path.stat().st_size > 200_000
+
+
+def test_totals_per_connection_in_a_group_bys_order() -> None:
+    """Per-connection totals list the connections as a group-by of the table would: a text
+    column's sorted, a categorical's in its categories' order (not first appearance)."""
+    df = pd.DataFrame({"ts_ns": np.arange(6), "len": [10, 20, 30, 40, 0, 5],
+                       "dir": ["t2i"] * 6, "conn": ["b", "a", "b", "c", "a", "a"]})
+    for conn in (df["conn"], pd.Categorical(df["conn"], categories=["c", "x", "b", "a"])):
+        segs = df.assign(conn=conn)
+        got = data.payload_totals(segs, "t2i")
+        want = segs[segs["len"] > 0].groupby("conn", observed=True)["len"].sum()
+        assert list(got.index) == list(want.index) and got["bytes"].tolist() == want.tolist()
+        assert FrameSegments(segs).conns() == ["b", "a", "c"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from istrace.capture.decoded import TCP_SYN
-from istrace.capture.labels import codes_of, label_codes
+from istrace.capture.labels import label_codes
 from istrace.capture.segsource import Segments, SegmentsLike, as_segments, row_slices
 from istrace.capture.slices import SLICE_ROWS
 from istrace.capture.tcpseq import unwrap
@@ -246,12 +246,15 @@ _TRACK_COLUMNS = ["ts_ns", "seq", "ack", "flags", "win", "len", "sack"]
 
 def _window_scales(segs: Segments) -> dict[tuple[str, str], int | None]:
     """Window scale each side announced, applied only when both SYNs carried the option."""
-    conn_codes, conn_labels = label_codes(segs.conn)
-    dir_codes, dir_labels = label_codes(segs.dir)
+    conn_labels, dir_labels = segs.conn_labels, segs.dir_labels
     shift: dict[tuple[str, str], int] = {}
-    for a, _b, c in row_slices(segs, ["flags", "wscale"]):
-        for i in np.flatnonzero((c["flags"] & TCP_SYN) != 0):
-            cc, dc = conn_codes[a + i], dir_codes[a + i]
+    for a, b, c in row_slices(segs, ["flags", "wscale"]):
+        syn = np.flatnonzero((c["flags"] & TCP_SYN) != 0)
+        if not len(syn):
+            continue
+        lab = segs.read(["conn", "dir"], a, b)  # only where a SYN is: a few slices
+        for i in syn:
+            cc, dc = lab["conn"][i], lab["dir"][i]
             if cc >= 0 and dc >= 0:
                 shift.setdefault((str(conn_labels[cc]), str(dir_labels[dc])),
                                  int(c["wscale"][i]))
@@ -307,13 +310,14 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
     slice read when it is fed (twice: the plan's pass, then the samples')."""
     rev = "t2i" if d == "i2t" else "i2t"
     names = [k for k in _TRACK_COLUMNS if c.has(k)]
-    codes, (d_code, rev_code) = codes_of(c.dir, d, rev)
+    d_code, rev_code = c.code("dir", d), c.code("dir", rev)
     cuts = c.cuts(slice_rows)
 
     def slices() -> Iterator[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]:
         for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-            here = codes[a:b]
-            yield c.read(names, a, b), here == d_code, here == rev_code
+            got = c.read([*names, "dir"], a, b)
+            here = got.pop("dir")
+            yield got, here == d_code, here == rev_code
 
     plan = estimate.plan(slices())
     if plan is None:

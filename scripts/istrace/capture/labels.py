@@ -24,10 +24,3 @@ def label_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     codes, labels = pd.factorize(col.to_numpy(dtype=object), use_na_sentinel=True)
     return codes, np.asarray(labels, dtype=object)
 
-
-def codes_of(col: pd.Series, *values: str) -> tuple[np.ndarray, list[int]]:
-    """(the column's integer codes, the code of each of `values`: -2 when no row has it; -1 is
-    a missing label): masks over slices of millions of rows compare integers."""
-    codes, labels = label_codes(col)
-    found = [np.flatnonzero(labels == v) for v in values]
-    return codes, [int(f[0]) if len(f) else -2 for f in found]

@@ -2,14 +2,16 @@
 
 `FileSegments` reads the decoder's segments.bin (istrace.capture.decoded) where a slice is
 asked for and gives the file's pages back once it is read; `FrameSegments` takes the slices
-from a table in memory (what tests and small tools build). For the whole capture only each
-row's connection and direction are held, a byte each: a minute at full rate is millions of
-segments, and what an analysis holds must not grow with them (issue 17).
+from a table in memory (what tests and small tools build). Nothing is held per row for the
+whole capture: a minute at full rate is millions of segments, and what an analysis holds must
+not grow with them (issue 17). A file's rows are labelled where they are read, from a table
+of its few distinct (src, dst, sport, dport): each one's connection and direction.
 
 Both answer `read(columns, a, b)` (rows a..b of the stored columns, each in the type
-`read_segments` gives it), `cuts(rows)` (istrace.capture.slices.clean_cuts of the time
-stamps), `conn` and `dir` (label columns, every row) and `only(conn)` (one connection's
-rows, as a table filtered by it would hold them).
+`read_segments` gives it, and of the label columns `conn` and `dir` as integer codes into
+`conn_labels` / `dir_labels`, -1 missing), `cuts(rows)` (istrace.capture.slices.clean_cuts
+of the time stamps) and `only(conn)` (one connection's rows, as a table filtered by it would
+hold them).
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
-from istrace.capture import decoded
-from istrace.capture.labels import codes_of, label_codes
+from istrace.capture import decoded, endpoints
+from istrace.capture.endpoints import LABELS
+from istrace.capture.labels import label_codes
 from istrace.capture.slices import SLICE_ROWS, clean_cuts_by_block
 
 T = TypeVar("T")
 
-# rows of segments.bin taken per pass of the load's label walk
+# rows of segments.bin taken per pass of the load's walk
 _WALK_ROWS = 1 << 18
 # beyond the pages read, what a page fault may have mapped besides (the kernel maps up to
 # 64 KiB of cached pages around a fault)
@@ -35,10 +38,7 @@ _FAULT_AROUND = 1 << 18
 
 
 class Segments:
-    """The interface; `conn` and `dir` are set by each kind."""
-
-    conn: pd.Series
-    dir: pd.Series
+    """The interface."""
 
     def __init__(self) -> None:
         self._cuts: dict[int, list[int]] = {}
@@ -52,7 +52,7 @@ class Segments:
         return self._memo[key]  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
-        return len(self.conn)
+        raise NotImplementedError
 
     @property
     def empty(self) -> bool:
@@ -62,7 +62,31 @@ class Segments:
         raise NotImplementedError
 
     def read(self, columns: Sequence[str], a: int, b: int) -> dict[str, np.ndarray]:
+        """Rows a..b of `columns`: a stored one in the type read_segments gives it, a label
+        column (LABELS) as codes into its labels(), -1 missing."""
         raise NotImplementedError
+
+    def labels(self, column: str) -> pd.Index:
+        """The distinct labels of `column` (conn or dir), in the order of its codes."""
+        raise NotImplementedError
+
+    @property
+    def conn_labels(self) -> pd.Index:
+        return self.labels("conn")
+
+    @property
+    def dir_labels(self) -> pd.Index:
+        return self.labels("dir")
+
+    def code(self, column: str, value: str) -> int:
+        """The code `read` gives `value` in label column `column` (-2: no label is it)."""
+        found = np.flatnonzero(self.labels(column) == value)
+        return int(found[0]) if len(found) else -2
+
+    def group_order(self, column: str) -> np.ndarray:
+        """The codes of `column` in the order a group-by of it lists them (of a categorical:
+        its categories, the codes' order)."""
+        return np.arange(len(self.labels(column)))
 
     def only(self, conn: str) -> Segments:
         raise NotImplementedError
@@ -93,19 +117,33 @@ class Segments:
         return self.cached("payload_by_dir", self._payload_by_dir)
 
     def _payload_by_dir(self) -> dict[str, int]:
-        codes, labels = label_codes(self.dir)
+        labels = self.dir_labels
         by = np.zeros(len(labels), np.int64)
-        for a, b, c in row_slices(self, ["len"]):
-            ok = codes[a:b] >= 0
-            by += np.bincount(codes[a:b][ok], weights=c["len"][ok],
+        for _a, _b, c in row_slices(self, ["dir", "len"]):
+            ok = c["dir"] >= 0
+            by += np.bincount(c["dir"][ok], weights=c["len"][ok],
                               minlength=len(labels)).astype(np.int64)
         return {str(k): int(v) for k, v in zip(labels, by, strict=True)}
 
     def conns(self) -> list[str]:
         """The connections present, in order of first appearance."""
-        codes, labels = label_codes(self.conn)
-        seen = pd.unique(codes[codes >= 0])
-        return [str(labels[c]) for c in seen]
+        return list(self.cached("conns", self._conns))
+
+    def _conns(self) -> list[str]:
+        seen: dict[int, None] = {}
+        for a in range(0, len(self), SLICE_ROWS):
+            codes = self.read(["conn"], a, a + SLICE_ROWS)["conn"]
+            seen.update(dict.fromkeys(int(c) for c in pd.unique(codes) if c >= 0))
+        return [str(self.conn_labels[c]) for c in seen]
+
+    def _rows_of(self, conn: str) -> np.ndarray:
+        """The positions of `conn`'s rows, a slice of codes read at a time."""
+        code = self.code("conn", conn)
+        parts = [np.zeros(0, np.int64)]
+        for a in range(0, len(self), SLICE_ROWS):
+            codes = self.read(["conn"], a, a + SLICE_ROWS)["conn"]
+            parts.append(np.flatnonzero(codes == code) + a)
+        return np.concatenate(parts).astype(np.int64)
 
 
 SegmentsLike = Segments | pd.DataFrame
@@ -119,31 +157,52 @@ def as_segments(segs: SegmentsLike | None) -> Segments | None:
 
 
 class FrameSegments(Segments):
-    """Segments taken from a table in memory (with `conn` and `dir` columns)."""
+    """Segments taken from a table in memory (with `conn` and `dir` columns: categoricals,
+    text or missing)."""
 
     def __init__(self, df: pd.DataFrame) -> None:
         super().__init__()
         self.df = df
-        self.conn = df["conn"] if "conn" in df.columns else pd.Series(
-            pd.Categorical([None] * len(df)))
-        self.dir = df["dir"] if "dir" in df.columns else pd.Series(
-            pd.Categorical([None] * len(df)))
         self._arrays: dict[str, np.ndarray] = {}
+        self._labels: dict[str, pd.Index] = {}
+
+    def __len__(self) -> int:
+        return len(self.df)
 
     def has(self, column: str) -> bool:
         return column in self.df.columns
 
     def _array(self, c: str) -> np.ndarray:
-        if c not in self._arrays:
+        if c in LABELS:
+            self._label_codes(c)
+        elif c not in self._arrays:
             self._arrays[c] = self.df[c].to_numpy()
         return self._arrays[c]
+
+    def _label_codes(self, c: str) -> None:
+        if c in self._labels:
+            return
+        if c in self.df.columns:
+            codes, labels = label_codes(self.df[c])
+        else:
+            codes, labels = np.full(len(self.df), -1, np.int8), np.zeros(0, object)
+        self._arrays[c], self._labels[c] = codes, pd.Index(labels, dtype=object)
 
     def read(self, columns: Sequence[str], a: int, b: int) -> dict[str, np.ndarray]:
         return {c: self._array(c)[a:b] for c in columns}
 
+    def labels(self, column: str) -> pd.Index:
+        self._label_codes(column)
+        return self._labels[column]
+
+    def group_order(self, column: str) -> np.ndarray:
+        col = self.df.get(column)
+        if col is None or isinstance(col.dtype, pd.CategoricalDtype):
+            return super().group_order(column)
+        return np.argsort(self.labels(column).to_numpy(), kind="stable")  # a group-by sorts text
+
     def only(self, conn: str) -> Segments:
-        codes, (code,) = codes_of(self.conn, conn)
-        return FrameSegments(self.df[codes == code])
+        return FrameSegments(self.df[self._array("conn") == self.code("conn", conn)])
 
     def frame(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         return self.df if columns is None else self.df[list(columns)]
@@ -151,19 +210,26 @@ class FrameSegments(Segments):
 
 class FileSegments(Segments):
     """Segments read from a segments.bin where asked for. `ports`: the iSCSI target ports,
-    which say each connection's sides (decoded.conn_and_dir's rule)."""
+    which say each connection's sides (decoded.conn_and_dir's rule). Held for the whole
+    file: its distinct endpoints, a handful, with each one's labels (endpoints.walk)."""
 
     def __init__(self, path: Path, ports: tuple[int, ...]) -> None:
         super().__init__()
         self.path = Path(path)
         self.ports = ports
-        self.n, self._labels = decoded.segment_file_info(self.path)
+        self.n, addrs = decoded.segment_file_info(self.path)
         self._map: mmap.mmap | None = None
         self._records: np.ndarray | None = None
-        self.conn, self.dir = self._label_columns()
+        self._ends = endpoints.walk(self.read, self.n, addrs, ports, _WALK_ROWS)
+
+    def __len__(self) -> int:
+        return self.n
 
     def has(self, column: str) -> bool:
         return column in decoded.SEGMENT_COLUMNS
+
+    def labels(self, column: str) -> pd.Index:
+        return self._ends.labels[column]
 
     def _open(self) -> np.ndarray:
         if self._records is None:
@@ -175,9 +241,13 @@ class FileSegments(Segments):
     def read(self, columns: Sequence[str], a: int, b: int) -> dict[str, np.ndarray]:
         a, b = max(a, 0), min(b, self.n)
         if b <= a:
-            return {c: np.zeros(0, decoded.memory_type(c)) for c in columns}
+            return {c: np.zeros(0, np.int32 if c in LABELS else decoded.memory_type(c))
+                    for c in columns}
         rec = self._open()[a:b]
-        out = {c: rec[c].astype(decoded.memory_type(c)) for c in columns}
+        labels = [c for c in columns if c in LABELS]
+        codes = self._ends.codes(rec, labels) if labels else {}  # none in the load's walk
+        out = {c: codes[c] if c in codes else rec[c].astype(decoded.memory_type(c))
+               for c in columns}
         self._give_back(a, b)
         return out
 
@@ -191,55 +261,22 @@ class FileSegments(Segments):
         hi = min(b * size + _FAULT_AROUND, len(self._map))
         self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
-    def _label_columns(self) -> tuple[pd.Series, pd.Series]:
-        """Each row's connection and direction, from one walk over the addresses and ports
-        (decoded.endpoint_sides says which side is the target)."""
-        keys = np.empty(self.n, np.int32)
-        key_of: dict[int, int] = {}
-        first: list[tuple[int, int, int, int]] = []  # (src, sport, dst, dport) of each key
-        servers: set[tuple[int, int]] = set()  # (address, port) that sent a SYN+ACK
-        synack = decoded.TCP_SYN | decoded.TCP_ACK
-        cols = ["src", "sport", "dst", "dport", "flags"]
-        for a in range(0, self.n, _WALK_ROWS):
-            c = self.read(cols, a, a + _WALK_ROWS)
-            src, dst = c["src"].astype(np.int64), c["dst"].astype(np.int64)
-            sp, dp = c["sport"].astype(np.int64), c["dport"].astype(np.int64)
-            packed = ((src * max(len(self._labels), 1) + dst) << 32) | (sp << 16) | dp
-            uniq, at, inv = np.unique(packed, return_index=True, return_inverse=True)
-            ids = np.empty(len(uniq), np.int32)
-            for k in np.argsort(at, kind="stable"):  # new keys in order of appearance
-                u = int(uniq[k])
-                if u not in key_of:
-                    i = int(at[k])
-                    key_of[u] = len(first)
-                    first.append((int(src[i]), int(sp[i]), int(dst[i]), int(dp[i])))
-                ids[k] = key_of[u]
-            keys[a:a + len(packed)] = ids[inv]
-            sa = (c["flags"] & synack) == synack
-            servers.update(zip(src[sa].tolist(), sp[sa].tolist(), strict=True))
-        names = self._labels
-        conn, direction = decoded.endpoint_sides(
-            [str(names[s]) for s, _, _, _ in first], [p for _, p, _, _ in first],
-            [str(names[d]) for _, _, d, _ in first], [p for _, _, _, p in first],
-            {(str(names[s]), p) for s, p in servers}, self.ports)
-        out = []
-        for labels in (conn, direction):
-            lc, lu = pd.factorize(pd.Series(labels, dtype=object))
-            out.append(pd.Series(pd.Categorical.from_codes(
-                lc[keys] if len(keys) else np.zeros(0, np.int64),
-                pd.Index(lu, dtype=object))))
-        return out[0], out[1]
+    def conns(self) -> list[str]:
+        # every label is some row's, numbered in the order the endpoints first appear
+        return [str(c) for c in self.conn_labels]
 
     def only(self, conn: str) -> Segments:
-        codes, (code,) = codes_of(self.conn, conn)
-        if (codes == code).all():
+        if self.n == 0 or list(self.conn_labels) == [conn]:
             return self
-        return _ConnRows(self, np.flatnonzero(codes == code).astype(np.int64))
+        return _ConnRows(self, self._rows_of(conn))
 
     def frame(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        stored = [c for c in (columns or decoded.SEGMENT_COLUMNS) if c not in ("conn", "dir")]
+        stored = [c for c in (columns or decoded.SEGMENT_COLUMNS) if c not in LABELS]
         df = decoded.read_segments(self.path, stored)
-        df["conn"], df["dir"] = self.conn.array, self.dir.array
+        for c in LABELS:
+            codes = [self.read([c], a, a + SLICE_ROWS)[c] for a in range(0, self.n, SLICE_ROWS)]
+            df[c] = pd.Categorical.from_codes(
+                np.concatenate(codes) if codes else np.zeros(0, np.int32), self.labels(c))
         return df if columns is None else df[list(columns)]
 
 
@@ -249,11 +286,15 @@ class _ConnRows(Segments):
     def __init__(self, whole: FileSegments, rows: np.ndarray) -> None:
         super().__init__()
         self.whole, self.rows = whole, rows
-        self.conn = pd.Series(whole.conn.array[rows])
-        self.dir = pd.Series(whole.dir.array[rows])
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
     def has(self, column: str) -> bool:
         return self.whole.has(column)
+
+    def labels(self, column: str) -> pd.Index:
+        return self.whole.labels(column)
 
     def read(self, columns: Sequence[str], a: int, b: int) -> dict[str, np.ndarray]:
         pos = self.rows[max(a, 0):min(b, len(self.rows))]
@@ -264,8 +305,8 @@ class _ConnRows(Segments):
         return {c: v[pick] for c, v in got.items()}
 
     def only(self, conn: str) -> Segments:
-        codes, (code,) = codes_of(self.conn, conn)
-        return self if (codes == code).all() else _ConnRows(self.whole, self.rows[codes == code])
+        mine = self._rows_of(conn)
+        return self if len(mine) == len(self) else _ConnRows(self.whole, self.rows[mine])
 
     def frame(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         return self.whole.frame(columns).iloc[self.rows].reset_index(drop=True)
@@ -284,30 +325,32 @@ def row_slices(segs: Segments | pd.DataFrame, columns: Sequence[str], rows: int 
 
 def payload_slices(segs: Segments | pd.DataFrame | None, d: str,
                    columns: tuple[str, ...] = ("ts_ns", "len"), conn: str | None = None,
-                   rows: int = SLICE_ROWS, extra: dict[str, np.ndarray] | None = None
-                   ) -> Iterator[dict[str, np.ndarray]]:
+                   rows: int = SLICE_ROWS) -> Iterator[dict[str, np.ndarray]]:
     """The payload-carrying segments of direction `d` (of one connection with `conn`), the
-    arrays of `columns` (and of `extra`, arrays as long as the table) a slice at a time, each
-    slice in time order (stable): joined, the slices are the table's payload segments sorted
-    by time. A slice none of whose rows is of `d` (and `conn`) is not read."""
+    arrays of `columns` (stored or label columns) a slice at a time, each slice in time order
+    (stable): joined, the slices are the table's payload segments sorted by time. A slice's
+    labels are read first: the rest only when some row is of `d` (and `conn`)."""
     src = as_segments(segs)
     if src is None or src.empty:
         return
-    dir_codes, (dc,) = codes_of(src.dir, d)
-    conn_codes, (cc,) = codes_of(src.conn, conn) if conn is not None else (None, (0,))
+    want = {"dir": src.code("dir", d)} | ({} if conn is None else {"conn": src.code("conn", conn)})
+    if min(want.values()) < 0:
+        return  # no row is of them
+    labels = list(dict.fromkeys([*want, *(c for c in columns if c in LABELS)]))
     need = list(dict.fromkeys(["ts_ns", "len", *columns]))
     cuts = src.cuts(rows)
     for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-        m = dir_codes[a:b] == dc
-        if conn_codes is not None:
-            m &= conn_codes[a:b] == cc
+        got = src.read(labels, a, b)
+        m = np.ones(b - a, bool)
+        for c, v in want.items():
+            m &= got[c] == v
         if not m.any():
             continue
-        got = src.read(need, a, b)
+        got |= src.read([c for c in need if c not in got], a, b)
         m &= got["len"] > 0
         if not m.any():
             continue
-        out = {c: got[c][m] for c in columns} | {c: v[a:b][m] for c, v in (extra or {}).items()}
+        out = {c: got[c][m] for c in columns}
         t = got["ts_ns"][m]
         if not (t[1:] >= t[:-1]).all():
             o = np.argsort(t, kind="stable")

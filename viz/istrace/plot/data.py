@@ -302,14 +302,12 @@ def payload_totals(segs: SegmentsLike | None, d: str) -> pd.DataFrame:
 
 
 def _payload_totals(src: Segments, d: str) -> pd.DataFrame:
-    conn = src.conn if isinstance(src.conn.dtype, pd.CategoricalDtype) \
-        else src.conn.astype("category")  # categories sorted: a group-by's order
-    labels = list(conn.cat.categories)
+    labels = src.conn_labels
     k = len(labels)
     nbytes, count, largest = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
     first, last = np.full(k, -1, np.int64), np.full(k, -1, np.int64)
-    for sl in payload_slices(src, d, ("ts_ns", "len"), extra={"_conn": conn.cat.codes.to_numpy()}):
-        c, ln, ts = sl["_conn"].astype(np.int64), sl["len"].astype(np.int64), sl["ts_ns"]
+    for sl in payload_slices(src, d, ("ts_ns", "len", "conn")):
+        c, ln, ts = sl["conn"].astype(np.int64), sl["len"].astype(np.int64), sl["ts_ns"]
         ok = c >= 0
         c, ln, ts = c[ok], ln[ok], ts[ok]
         nbytes += np.bincount(c, weights=ln, minlength=k).astype(np.int64)
@@ -320,10 +318,12 @@ def _payload_totals(src: Segments, d: str) -> pd.DataFrame:
         first[here[new]] = ts[at[new]]
         here, at = np.unique(c[::-1], return_index=True)
         last[here] = ts[len(ts) - 1 - at]
-    keep = count > 0
-    return pd.DataFrame({"bytes": nbytes[keep], "segments": count[keep], "first_ns": first[keep],
-                         "last_ns": last[keep], "largest": largest[keep]},
-                        index=pd.Index([x for x, y in zip(labels, keep, strict=True) if y]))
+    order = src.group_order("conn")
+    order = order[count[order] > 0]
+    return pd.DataFrame({"bytes": nbytes[order], "segments": count[order],
+                         "first_ns": first[order], "last_ns": last[order],
+                         "largest": largest[order]},
+                        index=pd.Index([labels[i] for i in order]))
 
 
 def gaps_from_bursts(bursts: pd.DataFrame, rate_bps: float | None = None) -> pd.DataFrame:

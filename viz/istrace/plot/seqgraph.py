@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 from istrace.capture import tcpseq
-from istrace.capture.labels import codes_of
 from istrace.capture.segsource import Segments, SegmentsLike, as_segments
 from istrace.capture.slices import SLICE_ROWS
 from istrace.plot.data import busiest_conn
@@ -101,27 +100,25 @@ class _Graph:
     """One connection's rows of a segments table, a chunk of table rows at a time."""
 
     def __init__(self, segs: Segments, conn: str, d: str, rev: str, rows: int) -> None:
-        self.rows, self.d, self.segs = rows, d, segs
-        conn_codes, (self.conn_code,) = codes_of(segs.conn, conn)
-        self.dirs, (dc, rc) = codes_of(segs.dir, d, rev)
-        self.dir_code = {d: dc, rev: rc}
-        self.conn_codes = conn_codes
+        self.rows, self.d, self.rev, self.segs = rows, d, rev, segs
+        self.conn_code = segs.code("conn", conn)
+        self.dir_code = {d: segs.code("dir", d), rev: segs.code("dir", rev)}
 
     def chunks(self) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
                                        np.ndarray]]:
         """(columns, data rows of `d`, ACKs coming back, SYNs) of each chunk, the connection's
-        rows only (a chunk with none of them is not read)."""
-        n = len(self.conn_codes)
-        d, rev = self.dir_code[self.d], next(v for k, v in self.dir_code.items() if k != self.d)
+        rows only (a chunk with none of them is not read past its labels)."""
+        n = len(self.segs)
         for a in range(0, n, self.rows):
             b = min(a + self.rows, n)
-            mine = self.conn_codes[a:b] == self.conn_code
+            c = self.segs.read(["conn", "dir"], a, b)
+            mine = c["conn"] == self.conn_code
             if not mine.any():
                 continue
-            c = self.segs.read(_COLUMNS, a, b) | {"dir": self.dirs[a:b]}
+            c |= self.segs.read(_COLUMNS, a, b)
             flags = c["flags"]
-            yield (c, mine & (c["dir"] == d) & (c["len"] > 0),
-                   mine & (c["dir"] == rev) & ((flags & TCP_ACK) != 0),
+            yield (c, mine & (c["dir"] == self.dir_code[self.d]) & (c["len"] > 0),
+                   mine & (c["dir"] == self.dir_code[self.rev]) & ((flags & TCP_ACK) != 0),
                    mine & ((flags & TCP_SYN) != 0))
 
     def first_data_seq(self) -> int | None:

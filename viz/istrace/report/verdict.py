@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from istrace.capture.labels import codes_of
 from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number, one_way_ms
 from istrace.capture.segsource import payload_slices
@@ -108,9 +107,8 @@ def dispersion_capacity(cap: Capture, rows: int = SLICE_ROWS) -> float | None:
     if int(totals["segments"].sum()) < 100:
         return None
     mss = int(totals["largest"].max())
-    conn = {"conn": codes_of(recv.conn)[0]}
     rates, carry = [], None
-    for sl in payload_slices(recv, d, ("ts_ns", "len"), rows=rows, extra=conn):
+    for sl in payload_slices(recv, d, ("ts_ns", "len", "conn"), rows=rows):
         if carry is not None:
             sl = {k: np.concatenate([carry[k], v]) for k, v in sl.items()}
         ts, ln, cc = sl["ts_ns"].astype(np.int64), sl["len"].astype(np.float64), sl["conn"]
