@@ -442,3 +442,32 @@ def test_thin_keeps_each_bins_first_lowest_and_highest_row():
     keep = np.zeros(10, bool)
     keep[3] = True
     assert 3 in thin(df, "t", "v", 9, keep=keep)["t"].tolist()
+
+
+def test_only_the_events_that_make_spans_are_kept():
+    """data.span_events keeps what timeline_spans draws or pairs, and drops the rest (tgtd's
+    socket writes, TCP samples): the spans of the kept events are those of all of them."""
+    import pandas as pd
+
+    rows = [  # host, layer, event, ts, lat, cmd_id, itt
+        ("initiator", "syscall", "recvfrom_exit", 500, 400, 0, None),  # drawn
+        ("target", "syscall", "write_exit", 510, 30, 0, None),        # socket write: not drawn
+        ("target", "syscall", "pread64_exit", 330, 20, 0, None),      # the backing store
+        ("target", "tcp", "tcp_probe", 520, None, 0, None),           # no latency: nothing
+        ("initiator", "tcp", "tcp_probe", 530, 5, 0, None),           # drawn with a latency
+        ("initiator", "scsi", "scsi_dispatch", 100, None, 0, None),   # a pair's ends
+        ("initiator", "scsi", "scsi_done", 900, None, 0, None),
+        ("target", "iscsi", "lio_cmd_rx", 250, None, None, 7),        # a task tag's span
+        ("target", "iscsi", "lio_data_in", 800, None, None, 7),
+    ]
+    ev = pd.DataFrame(rows, columns=["host", "layer", "event", "ts_ns", "lat_ns", "cmd_id",
+                                     "itt"])
+    drawn, paired = data.span_events(sorted(set(zip(ev.host, ev.layer, ev.event,
+                                                    strict=True))))
+    kind = list(zip(ev.host, ev.layer, ev.event, strict=True))
+    keep = [(k in drawn and not pd.isna(lat)) or k in paired
+            for k, lat in zip(kind, ev.lat_ns, strict=True)]
+    assert keep == [True, False, True, False, True, True, True, True, True]
+    spans = data.timeline_spans(None, None, ev)
+    assert spans.equals(data.timeline_spans(None, None, ev[keep].reset_index(drop=True)))
+    assert len(spans) == 5

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,13 +208,17 @@ def load_capture(d: str | Path, decode: bool = True,
     return cap
 
 
-def read_merged(d: Path, columns: list[str] | None = None,
-                probe_rows_only: bool = False) -> pd.DataFrame:
+def read_merged(d: Path, columns: list[str] | None = None, probe_rows_only: bool = False,
+                keep: Callable[[pa.Table], Any] | None = None) -> pd.DataFrame:
     """merged.parquet (docs/schema.md §6): the chosen columns of every row, or, asked for,
-    only the probe events' rows (filtered by the Parquet reader), text columns as categoricals
-    (a minute's 360 000 probe events repeat a few dozen host/layer/event names)."""
+    only the probe events' rows (filtered by the Parquet reader), and of those the ones
+    `keep` (a mask of the Arrow table) picks before they become a pandas table, text columns
+    as categoricals (a minute's 360 000 probe events repeat a few dozen host/layer/event
+    names)."""
     table = pq.read_table(d / layout.MERGED, columns=columns,
                           filters=[("source", "=", "probe")] if probe_rows_only else None)
+    if keep is not None:
+        table = table.filter(keep(table))
     strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
     # each Arrow column freed as it is converted: a minute's events were held twice over
     return table.to_pandas(categories=strings, split_blocks=True, self_destruct=True)

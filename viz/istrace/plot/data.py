@@ -589,6 +589,18 @@ TIMELINE_EVENT_COLUMNS = ["ts_ns_merged", "host", "layer", "event", "lat_ns", "b
                           "itt", "lba", "offset"]
 
 
+def span_events(kinds: list[tuple[str, str, str]]) -> tuple[set[tuple[str, str, str]],
+                                                               set[tuple[str, str, str]]]:
+    """Of the (host, layer, event) kinds of probe events, those timeline_spans makes spans
+    of: (those drawn when they carry a latency, those it pairs whatever they carry). The
+    others (tgtd's socket writes, TCP's samples: half a minute's probe events) it drops."""
+    rows = {r[2] for r in TIMELINE_ROWS}
+    pair_ends = {(h, x) for h, a, b, _ in KERNEL_PAIRS for x in (a, b)}
+    drawn = {k for k in kinds if _row_of(*k) in rows}
+    paired = {(h, la, e) for h, la, e in kinds if la in ("scsi", "iscsi") or (h, e) in pair_ends}
+    return drawn, paired
+
+
 def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | None,
                    events: pd.DataFrame | None, offset_ns: int = 0,
                    merged_cmd: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -683,6 +695,8 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
     out = out[out["row"].isin(known).to_numpy(dtype=bool)]
     out["start_ns"] = out["start_ns"].astype(np.int64)
     out["end_ns"] = out["end_ns"].astype(np.int64)
+    for c in ("row", "host", "layer", "label"):  # the labels of the spans kept, no others
+        out[c] = out[c].cat.remove_unused_categories()
     order = np.argsort(out["start_ns"].to_numpy(), kind="stable")
     return out.take(order).reset_index(drop=True)[SPAN_COLUMNS]
 
