@@ -30,3 +30,17 @@ def test_a_failed_merge_leaves_the_previous_tables(tmp_path: Path,
     assert after == before  # the same files, not new ones renamed over them
     left = sorted(q.name for p in tables.values() for q in p.parent.iterdir())
     assert left == ["part-0.parquet", "part-0.parquet"]  # no half-written table beside them
+    assert not list(tmp_path.glob(".merge-*"))  # its scratch files gone with it
+
+
+def test_a_killed_merge_s_scratch_goes_at_the_next(tmp_path: Path) -> None:
+    """A merge killed outright cannot remove its scratch directory: the next one does, and
+    leaves a running merge's alone."""
+    synth.make_capture(tmp_path, n_cmds=4, qd=1)
+    dead = tmp_path / ".merge-999999999-x1"  # no such process
+    (dead / "run").mkdir(parents=True)
+    alive = tmp_path / ".merge-1-x2"  # init's: running
+    alive.mkdir()
+    merge_dir(tmp_path, log=lambda m: None)
+    assert not dead.exists() and alive.exists()
+    assert sorted(p.name for p in tmp_path.glob(".merge-*")) == [alive.name]

@@ -362,7 +362,8 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         segment_pass.clock_sample(seg_bins[h], ports, k))) for h in seg_bins}
     # the probe events read here meanwhile (tens of MB of JSON at full rate), a block at a
     # time into the merge's scratch files: the clock must be known before they are placed
-    scratch = Path(tempfile.mkdtemp(prefix=".merge-", dir=d))
+    _remove_stale_scratch(d)
+    scratch = Path(tempfile.mkdtemp(prefix=f".merge-{os.getpid()}-", dir=d))
     try:
         staged, lost, event_notes = _stage_events(d, scratch, say)
         notes[:0] = event_notes  # first, as they were read first
@@ -390,6 +391,15 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     clock_doc["notes"] = [n for n in notes if "clock" in n]
     (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
     return MergeResult(notes, n_rows, clock, lost, counts)
+
+
+def _remove_stale_scratch(d: Path) -> None:
+    """The scratch directories of merges killed before they could remove them (named after
+    their process, which is gone)."""
+    for old in d.glob(".merge-*-*"):
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _stage_events(d: Path, scratch: Path, say: Any
