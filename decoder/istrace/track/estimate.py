@@ -22,6 +22,9 @@ import numpy as np
 from istrace.capture.decoded import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
 from istrace.capture.tcpseq import Unwrapper
 
+# an event's columns, as `finish` gives them
+EVENT_FIELDS = ["ts_ns", "kind", "seq", "bytes", "cmd", "note"]
+
 _I64_MIN, _I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 Columns = dict[str, np.ndarray]
 
@@ -122,13 +125,16 @@ class Direction:
     """Tracks one direction: `feed` each slice in table order, then `finish`."""
 
     def __init__(self, conn: str, d: str, host: str, p: Plan, shift: int,
-                 cmd_of: Callable[[int], object], dupack_threshold: int,
+                 cmd_of: Callable[[np.ndarray], np.ndarray], dupack_threshold: int,
                  reorder_window_ns: int) -> None:
         self.conn, self.d, self.host, self.p, self.shift = conn, d, host, p, shift
         self.cmd_of, self.thr, self.reorder_ns = cmd_of, dupack_threshold, reorder_window_ns
         self.seq, self.ack = Unwrapper(p.base), Unwrapper(p.base)
         self.c = _Carry()
-        self.events: list[tuple] = []
+        # the events, a block of one kind per call of _event: columns, not a tuple each (a
+        # lossy minute has a hundred thousand duplicate ACKs)
+        self._events: list[tuple[np.ndarray, ...]] = []
+        self._notes: dict[str, str] = {}  # each note text made once
         self.episodes: list[_Episode] = []
         self.runs: list[tuple[int, int, int | None]] = []  # dup runs: start, length, next ACK
         self.open_run: list[int] | None = None             # [start, length, last ts]
@@ -179,15 +185,11 @@ class Direction:
         del acks, a_flags, a_sack
         dup_run = self._dup_runs(dup, a_ts)
 
-        for i in np.flatnonzero(is_rtx):
-            self.events.append((int(d_ts[i]), "retransmit", int(d_start[i]), int(d_len[i]),
-                                self.cmd_of(int(d_start[i])), ""))
-        for i in np.flatnonzero(is_reorder):
-            self.events.append((int(d_ts[i]), "reorder", int(d_start[i]), int(d_len[i]),
-                                self.cmd_of(int(d_start[i])), "filled a hole soon after it opened"))
-        for i in np.flatnonzero(dup):
-            self.events.append((int(a_ts[i]), "dupack", int(a_ack[i]), 0,
-                                self.cmd_of(int(a_ack[i])), f"dup #{dup_run[i]}"))
+        self._event(d_ts[is_rtx], "retransmit", d_start[is_rtx], d_len[is_rtx], [""])
+        self._event(d_ts[is_reorder], "reorder", d_start[is_reorder], d_len[is_reorder],
+                    ["filled a hole soon after it opened"])
+        self._event(a_ts[dup], "dupack", a_ack[dup], np.zeros(int(dup.sum()), np.int64),
+                    [f"dup #{k}" for k in dup_run[dup].tolist()])
         self._episodes(d_ts, all_end, is_rtx, a_ts, a_ack, a_una, dup_run)
 
         n = len(ts)
@@ -410,7 +412,7 @@ class Direction:
         c.step_end, c.step_ts = c.step_end[live], c.step_ts[live]
 
     # ----------------------------------------------------------------------------------------
-    def finish(self) -> tuple[list[tuple], list[tuple]]:
+    def finish(self) -> tuple[list[tuple], dict[str, np.ndarray] | None]:
         """(states, events) of the whole direction, once every slice was fed."""
         c = self.c
         self._close_run(None)
@@ -427,9 +429,9 @@ class Direction:
             fast = ep.why == "dup" or bool(
                 np.searchsorted(dup_ts, ep.t, side="right")
                 > np.searchsorted(dup_ts, ep.t - recent_ns, side="right"))
-            self.events.append((ep.t, "loss_episode", ep.seq0, ep.recover - ep.seq0,
-                                self.cmd_of(ep.seq0),
-                                "fast retransmit" if fast else "timeout / no dupacks"))
+            self._event(np.array([ep.t]), "loss_episode", np.array([ep.seq0]),
+                        np.array([ep.recover - ep.seq0]),
+                        ["fast retransmit" if fast else "timeout / no dupacks"])
             states.append((self.conn, self.d, self.host, "estimated",
                            "Recovery" if fast else "Loss", ep.t, max(end, ep.t)))
         # Disorder: duplicate ACKs that did not reach the threshold, outside the episodes and
@@ -440,7 +442,32 @@ class Direction:
             if length < self.thr and not in_episode(t) and (last_end is None or t > last_end):
                 states.append((self.conn, self.d, self.host, "estimated", "Disorder", t, nxt))
                 last_end = nxt
-        return states, self.events
+        return states, self._event_table()
+
+    def _event(self, ts: np.ndarray, kind: str, seq: np.ndarray, nbytes: np.ndarray,
+               notes: list[str]) -> None:
+        """Events of one kind: their times, sequence numbers, bytes and notes (one for all,
+        or one each)."""
+        if not len(ts):
+            return
+        note = np.empty(len(ts), object)
+        note[:] = [self._notes.setdefault(x, x) for x in notes]
+        self._events.append((np.asarray(ts, np.int64), np.full(len(ts), kind, object),
+                             np.asarray(seq, np.int64), np.asarray(nbytes, np.int64),
+                             self.cmd_of(np.asarray(seq, np.int64)), note))
+
+    def _event_table(self) -> dict[str, np.ndarray] | None:
+        """The events' columns (EVENT_FIELDS) in the order they were found (None: none), the
+        command typed as a table of one tuple per event would type it: integers, floats where
+        some are unknown, None where all are."""
+        if not self._events:
+            return None
+        cols = [np.concatenate(c) for c in zip(*self._events, strict=True)]
+        cmd = cols[4]
+        unknown = np.isnan(cmd)
+        cols[4] = (np.full(len(cmd), None, object) if unknown.all() else
+                   cmd.astype(np.int64) if not unknown.any() else cmd)
+        return dict(zip(EVENT_FIELDS, cols, strict=True))
 
 
 def _ffill(values: np.ndarray, before: float) -> np.ndarray:

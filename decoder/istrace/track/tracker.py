@@ -15,7 +15,7 @@ given), `states` (CA-state intervals) and `events` (retransmit / dupack / loss_e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -350,31 +350,34 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
             "ca_state": pd.Categorical.from_codes(np.full(n, -1, np.int8), CA_STATES)},
             SAMPLE_COLUMNS, n))
     res.states = pd.DataFrame(states, columns=STATE_COLUMNS)
-    if events:
-        ev = pd.DataFrame(events, columns=["ts_ns", "kind", "seq", "bytes", "cmd", "note"])
+    if events is not None:
+        ev = pd.DataFrame(events)
         ev["conn"], ev["dir"], ev["host"], ev["source"] = conn, d, host, "estimated"
         res.events = ev.sort_values("ts_ns", kind="stable")[EVENT_COLUMNS].reset_index(drop=True)
     return res
 
 
-def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str, base: int) -> object:
-    """seq offset -> index of the command whose PDU holds that byte (None when unknown)."""
-    none: object = lambda _seq: None  # noqa: E731
+def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str,
+                base: int) -> Callable[[np.ndarray], np.ndarray]:
+    """seq offsets -> index of the command whose PDU holds each byte (NaN when unknown)."""
+    def none(seq: np.ndarray) -> np.ndarray:
+        return np.full(len(seq), np.nan)
     if pdus is None or pdus.empty or "tcp_seq" not in pdus.columns:
         return none
     p = pdus[(pdus["conn"] == conn) & (pdus["dir"] == d)].dropna(subset=["tcp_seq"])
     if p.empty:
         return none
     start = unwrap(p["tcp_seq"].to_numpy(np.int64), base)  # past 4 GiB as the segments are
-    cmd = p["cmd"].to_numpy() if "cmd" in p.columns else np.full(len(p), np.nan)
+    cmd = (pd.to_numeric(p["cmd"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+           if "cmd" in p.columns else np.full(len(p), np.nan))
     order = np.argsort(start, kind="stable")
     start, cmd = start[order], cmd[order]
 
-    def lookup(seq: int) -> object:
-        i = int(np.searchsorted(start, seq, side="right")) - 1
-        if i < 0 or pd.isna(cmd[i]):
-            return None
-        return int(cmd[i])
+    def lookup(seq: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(start, seq, side="right") - 1
+        out = np.full(len(seq), np.nan)
+        out[i >= 0] = cmd[i[i >= 0]]
+        return out
     return lookup
 
 
