@@ -26,6 +26,10 @@ time on their host (the latest issued one that has not completed: exact at queue
 a best guess above it); pread/pwrite of a LUN file get the command at that byte offset.
 The rules live in istrace.capture.attribution (shared with the plots); everything is
 vectorised (merge_asof, searchsorted), no per-row Python.
+
+Memory does not grow with the trace: the events and PDUs are read, tied to their commands
+(istrace.merge.ties) and put in time order (istrace.merge.extsort) a block at a time, the
+segments a slice at a time in a process per host (segment_pass).
 """
 
 from __future__ import annotations

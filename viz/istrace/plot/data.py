@@ -687,7 +687,10 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
     for c in ("row", "host", "layer", "label"):
         cats = sorted({str(v) for f in frames for v in pd.unique(f[c].dropna())})
         for f in frames:
-            f[c] = pd.Categorical(f[c], categories=cats)
+            col = f[c]
+            f[c] = (col.cat.remove_unused_categories().cat.set_categories(cats)
+                    if isinstance(col.dtype, pd.CategoricalDtype)
+                    else pd.Categorical(col, categories=cats))
     out = pd.concat(frames, ignore_index=True)
     out = out.dropna(subset=["start_ns"])
     out["end_ns"] = out["end_ns"].fillna(out["start_ns"])
