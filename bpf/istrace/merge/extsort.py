@@ -23,7 +23,17 @@ import pyarrow.compute as pc
 _ORD = "_arrival"
 # a missing time sorts last, as Arrow's sort puts nulls
 _NO_TIME = np.iinfo(np.int64).max
-_SCRATCH = pa.ipc.IpcWriteOptions(compression="lz4")
+# scratch files (the merge's too): Arrow's own format, compressed, written and read back
+# several times faster than Parquet, and only ever read here
+SCRATCH_FORMAT = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+def scratch_batches(path: Path) -> Iterator[pa.RecordBatch]:
+    """A scratch file's batches, read (not mapped: a mapped file's pages would count as this
+    process's memory) one at a time."""
+    reader = pa.ipc.open_file(pa.OSFile(str(path)))
+    for i in range(reader.num_record_batches):
+        yield reader.get_batch(i)
 
 
 class ExternalSort:
@@ -72,11 +82,9 @@ class ExternalSort:
         self._write_run(iter([run]))
 
     def _write_run(self, tables: Iterator[pa.Table]) -> None:
-        # Arrow's own file format, its batches compressed: written and read back several
-        # times faster than Parquet, and only ever read here
         path = self._scratch / f"run-{self._made:06d}.arrow"
         self._made += 1
-        with pa.ipc.new_file(path, self._run_schema, options=_SCRATCH) as w:
+        with pa.ipc.new_file(path, self._run_schema, options=SCRATCH_FORMAT) as w:
             for t in tables:
                 w.write_table(t, max_chunksize=self.read_rows)
         self._runs.append(path)
@@ -108,24 +116,23 @@ class ExternalSort:
 
 
 class _Cursor:
-    """A run read a batch at a time (read, not mapped: a mapped file's pages would count
-    as this process's memory); `time` and `order` are the current batch's keys."""
+    """A run read a batch at a time; `time` and `order` are the current batch's keys."""
 
     def __init__(self, path: Path, key: str) -> None:
-        self.file = pa.ipc.open_file(pa.OSFile(str(path)))
-        self.key, self.group = key, 0
+        self.batches = scratch_batches(path)
+        self.key = key
         self.table: pa.Table | None = None
         self._next()
 
     def _next(self) -> None:
         self.table = None
-        while self.group < self.file.num_record_batches and self.table is None:
-            t = pa.Table.from_batches([self.file.get_batch(self.group)])
-            self.group += 1
+        for batch in self.batches:
+            t = pa.Table.from_batches([batch])
             if t.num_rows:
                 self.table = t
                 self.time = pc.fill_null(t[self.key], _NO_TIME).to_numpy()
                 self.order = t[_ORD].to_numpy()
+                return
 
     def last(self) -> tuple[int, int]:
         return int(self.time[-1]), int(self.order[-1])

@@ -64,7 +64,7 @@ from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, EventStrea
 from istrace.capture.labels import is_
 from istrace.capture.meta import read_meta, target_ports
 from istrace.merge import segment_pass
-from istrace.merge.extsort import ExternalSort
+from istrace.merge.extsort import SCRATCH_FORMAT, ExternalSort, scratch_batches
 from istrace.merge.ties import CommandTies
 from istrace.system import forked
 from istrace.system.paths import MissingBinary
@@ -81,9 +81,6 @@ MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int
 # 460 000 rows); merged.parquet's row groups. At 128 Ki rows a group, the writer's buffers
 # raised the merge's peak by 70 MB on a minute's capture.
 BLOCK_ROWS = 1 << 15
-# the merge's scratch files (istrace.merge.extsort's too): Arrow's own format, compressed,
-# written and read back several times faster than Parquet
-SCRATCH_FORMAT = pa.ipc.IpcWriteOptions(compression="lz4")
 SORTED_ROWS = 1 << 15
 
 class MergeError(RuntimeError):
@@ -491,12 +488,11 @@ def _sources(staged: dict[str, Path], decoded: dict[str, Decoded]) -> Iterator[p
 
 def _blocks(staged: Path) -> Iterator[pa.Table]:
     """A staged file's rows, BLOCK_ROWS a table (the probe's blocks are a few thousand)."""
-    reader = pa.ipc.open_file(pa.OSFile(str(staged)))
     held: list[pa.RecordBatch] = []
     n = 0
-    for i in range(reader.num_record_batches):
-        held.append(reader.get_batch(i))
-        n += held[-1].num_rows
+    for batch in scratch_batches(staged):
+        held.append(batch)
+        n += batch.num_rows
         if n >= BLOCK_ROWS:
             yield pa.Table.from_batches(held)
             held, n = [], 0

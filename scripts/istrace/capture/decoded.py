@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -289,23 +290,25 @@ def read_table(path: str | Path, columns: Iterable[str] | None = None) -> pd.Dat
     times, TCP sequence numbers and command indexes as nullable integers: a gap (a command
     never answered) would make them float64, ~256 ns coarse. Only an empty field is missing:
     "None" is a digest's negotiated value, not a gap."""
-    head = pd.read_csv(path, nrows=0).columns
-    wanted = set(head) if columns is None else set(columns) & set(head)
-    ints = {c: "Int64" for c in wanted if c.endswith("ts_ns") or c in ("tcp_seq", "cmd")}
-    return pd.read_csv(path, low_memory=False, dtype=ints, keep_default_na=False,
-                       na_values=[""], usecols=[c for c in head if c in wanted])
+    return pd.read_csv(path, low_memory=False, **_csv_options(path, columns))
 
 
 def read_table_blocks(path: str | Path, columns: Iterable[str], rows: int
                       ) -> Iterator[pd.DataFrame]:
     """read_table's `columns` of a table, `rows` rows at a time (a column's type is found in
     each block: a block where it is empty holds it as missing floats)."""
-    head = pd.read_csv(path, nrows=0).columns
-    wanted = set(columns) & set(head)
-    ints = {c: "Int64" for c in wanted if c.endswith("ts_ns") or c in ("tcp_seq", "cmd")}
-    with pd.read_csv(path, dtype=ints, keep_default_na=False, na_values=[""],
-                     usecols=[c for c in head if c in wanted], chunksize=rows) as blocks:
+    with pd.read_csv(path, chunksize=rows, **_csv_options(path, columns)) as blocks:
         yield from blocks
+
+
+def _csv_options(path: str | Path, columns: Iterable[str] | None) -> dict[str, Any]:
+    """read_table's options for pandas: the columns asked for that the file has, the integer
+    ones nullable, only an empty field missing."""
+    head = pd.read_csv(path, nrows=0).columns
+    wanted = set(head) if columns is None else set(columns) & set(head)
+    ints = {c: "Int64" for c in wanted if c.endswith("ts_ns") or c in ("tcp_seq", "cmd")}
+    return {"dtype": ints, "keep_default_na": False, "na_values": [""],
+            "usecols": [c for c in head if c in wanted]}
 
 
 def _file(d: str | Path, name: str) -> Path:
