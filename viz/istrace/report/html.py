@@ -90,29 +90,35 @@ def report(d: Path, out: Path | None = None,
 
     step(f"loading {d} (decoding as needed)")
     cap = load_capture(d, ports=ports)
-    spans = timeline_spans(cap)  # the timeline plot's and the Perfetto trace's
-    # Every plot in one second process (matplotlib imported once), beside the tracking and
-    # the diagnosis: those that need no tracker at once, the others when the tracker's result
-    # comes (its samples are in track.parquet: only the tables' handles are sent).
+    # Every plot but the timeline in a second process (matplotlib imported there), beside the
+    # tracking and the diagnosis: those that need no tracker at once, the others when the
+    # tracker's result comes (its samples are in track.parquet: only the tables' handles are
+    # sent). Both children are forked before anything beyond the capture's tables is made:
+    # each starts at the size of the tables, not of what this process made and freed after.
     late = needs_track(cap)
+    drawn_here = [k for k in KINDS if k != "timeline"]
 
     def plotter(get: Callable[[], Any]) -> dict[str, list[Path]]:
-        made = make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k not in late],
-                          formats=("png",), spans=spans)
+        made = make_plots(cap, d / layout.PLOTS, [k for k in drawn_here if k not in late],
+                          formats=("png",))
         cap.track = get()
-        made.update(make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k in late],
-                               formats=("png",), spans=spans))
+        made.update(make_plots(cap, d / layout.PLOTS, [k for k in drawn_here if k in late],
+                               formats=("png",)))
         return made
     step("plotting (in a second process, beside the next steps)")
     feed, plotted = forked.start_fed(plotter)
-    # the Perfetto trace in a third: it needs neither the tracker nor the diagnosis, and on
-    # two CPUs the plots leave one part-idle while this process tracks and diagnoses
-    step("writing the Perfetto trace (in a third process)")
-    traced = forked.start(lambda: perfetto.write_trace(d / layout.TRACE_JSON, spans,
-                                                       perfetto.merged_instants(cap)))
-    # both children have their copy: this process needs the spans no more (a minute's are
-    # 80 MB), and the cell the closures share is emptied here only
-    spans = None
+
+    # The timeline's spans (one per command and layer, a minute's are 80 MB to make) in a
+    # third, which writes them to the Perfetto trace and draws the timeline plot from them:
+    # neither needs the tracker nor the diagnosis, and no other process holds the spans.
+    def tracer() -> tuple[int, dict[str, list[Path]]]:
+        spans = timeline_spans(cap)
+        n = perfetto.write_trace(d / layout.TRACE_JSON, spans, perfetto.merged_instants(cap))
+        freed.give_back()  # the trace's temporaries, before matplotlib's
+        return n, make_plots(cap, d / layout.PLOTS, ["timeline"], formats=("png",),
+                             spans=spans)
+    step("timeline spans, the Perfetto trace and the timeline plot (in a third process)")
+    traced = forked.start(tracer)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     try:
         # the samples go to track.parquet as they are made; the steps after read them there
@@ -124,10 +130,10 @@ def report(d: Path, out: Path | None = None,
     step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
-    step("waiting for the Perfetto trace")
-    n = traced()
+    step("waiting for the Perfetto trace and the timeline")
+    n, done = traced()
     step("waiting for the plots")
-    done = plotted()
+    done.update(plotted())
     made = {k: done[k] for k in KINDS if k in done}
     step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."

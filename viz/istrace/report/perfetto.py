@@ -67,31 +67,43 @@ def _track_events(used: set[tuple[str, str]]) -> list[dict]:
 def _kinds(instants: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, str]]]:
     """Each instant's kind (host, layer, event) as a code, and the kinds: a million instants
     are a few dozen kinds, each formatted once."""
-    # each column factorized alone, the three codes packed into one integer: a MultiIndex
-    # of a million rows builds a million tuples (most of this step's second)
-    (hc, hu), (lc, lu), (ec, eu) = (pd.factorize(instants[c], use_na_sentinel=False)
-                                    for c in ("host", "layer", "event"))
-    key = (hc.astype(np.int64) * len(lu) + lc) * len(eu) + ec
-    uniq, codes = np.unique(key, return_inverse=True)
-    return codes.reshape(-1).astype(np.int64), [
-        (str(hu[k // (len(lu) * len(eu))]), str(lu[k // len(eu) % len(lu)]),
-         str(eu[k % len(eu)])) for k in uniq.tolist()]
+    # each column's codes packed into one integer, then the packed values present numbered by
+    # a count over them (a sort of a million keys held five arrays of them; a MultiIndex, a
+    # million tuples)
+    cats = [pd.Categorical(instants[c]) for c in ("host", "layer", "event")]
+    sizes = [len(c.categories) + 1 for c in cats]  # + 1: missing (code -1) is a kind too
+    key = np.zeros(len(instants), np.int64)
+    for c, k in zip(cats, sizes, strict=True):
+        key *= k
+        key += c.codes.astype(np.int64) + 1
+    present = np.flatnonzero(np.bincount(key, minlength=1))
+    number = np.zeros(int(np.prod(sizes)), np.int64)
+    number[present] = np.arange(len(present))
+    kinds = []
+    for k in present.tolist():
+        parts = []
+        for c, size in zip(reversed(cats), reversed(sizes), strict=True):
+            code = k % size - 1
+            parts.append(str(c.categories[code]) if code >= 0 else "nan")
+            k //= size
+        kinds.append((parts[2], parts[1], parts[0]))
+    return number[key], kinds
 
 
-def _instant_lines(ts_ns: np.ndarray, codes: np.ndarray, heads: np.ndarray,
-                   tails: np.ndarray, t0: int) -> str:
-    """One chunk of instants as JSON objects joined by commas. The time is written in
-    microseconds with the nanoseconds as three decimals, exact (no float rounding)."""
+def _instant_lines(ts_ns: np.ndarray, codes: np.ndarray, heads: pa.Array,
+                   tails: pa.Array, t0: int) -> memoryview:
+    """One chunk of instants as JSON objects joined by commas, UTF-8 (a view of the Arrow
+    buffer: written as it is, no copy). The time is written in microseconds with the
+    nanoseconds as three decimals, exact (no float rounding)."""
     d = ts_ns - t0
     us = pa.array(d // 1000).cast(pa.string())
     ns = pc.utf8_slice_codeunits(pa.array(d % 1000 + 1000).cast(pa.string()), 1)
     idx = pa.array(codes)
     # each object followed by a comma, joined in Arrow: the result's data buffer is the
     # chunk's text (Python strings of a million objects were most of this step)
-    lines = pc.binary_join_element_wise(pa.array(heads, pa.string()).take(idx), us, ".", ns,
-                                        pa.array(tails + ",", pa.string()).take(idx), "")
+    lines = pc.binary_join_element_wise(heads.take(idx), us, ".", ns, tails.take(idx), "")
     off = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1]
-    return lines.buffers()[2].to_pybytes()[int(off[0]):int(off[-1]) - 1].decode()
+    return memoryview(lines.buffers()[2])[int(off[0]):int(off[-1]) - 1]
 
 
 def _bounded(instants: pd.DataFrame, most: int) -> pd.DataFrame:
@@ -137,26 +149,37 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
     if "ts_ns_merged" in cap.merged_columns:
         m = read_merged(cap.dir, columns=["ts_ns_merged", "host", "layer", "event"])
     if m is not None and not m.empty:
-        ts = pd.to_numeric(m["ts_ns_merged"], errors="coerce")
+        ts = pd.to_numeric(m.pop("ts_ns_merged"), errors="coerce")
         ok = ts.notna().to_numpy()
-        # labels stay categorical: a million rows of text are a few dozen names, and
-        # reordering text columns (pyarrow strings) was most of this step
+        # labels stay categorical (read_merged's): a million rows of text are a few dozen
+        # names, and reordering text columns (pyarrow strings) was most of this step
         parts = [{"ts_ns": ts[ok].astype(np.int64).to_numpy(),
-                  **{c: _labels(pd.Categorical(m[c].astype(object))[ok])
+                  **{c: _labels(pd.Categorical(m.pop(c))[ok])
                      for c in ("host", "layer", "event")}}]
+        del m, ts
         room = most - len(parts[0]["ts_ns"])
-        for host in segtable.hosts(cap.dir) if room > 0 else []:
-            s = segtable.read(cap.dir, host, ["ts_ns_merged"], max_rows=room)
-            n = len(s)
-            parts.append({"ts_ns": s["ts_ns_merged"].to_numpy(np.int64),
-                          **{c: _labels(pd.Categorical.from_codes(np.zeros(n, np.int8), [v]))
-                             for c, v in (("host", host), ("layer", "net"),
-                                          ("event", "segment"))}})
-        out = pd.DataFrame({"ts_ns": np.concatenate([p["ts_ns"] for p in parts]),
-                            **{c: union_categoricals([p[c] for p in parts])
-                               for c in ("host", "layer", "event")}})
-        order = np.argsort(out["ts_ns"].to_numpy(), kind="stable")
-        return out.iloc[order].reset_index(drop=True)
+        net = [(host, segtable.read(cap.dir, host, ["ts_ns_merged"], max_rows=room)
+                ["ts_ns_merged"].to_numpy(np.int64))
+               for host in (segtable.hosts(cap.dir) if room > 0 else [])]
+        # the first `room` of the hosts' segments in time order (write_trace's bound, made
+        # here: the rows beyond it are never joined, sorted or labelled)
+        if len(net) > 1:
+            first = np.zeros(sum(len(t) for _, t in net), bool)
+            first[np.argsort(np.concatenate([t for _, t in net]), kind="stable")[:room]] = True
+            cuts = np.cumsum([0] + [len(t) for _, t in net])
+            net = [(h, t[first[a:b]]) for (h, t), a, b in zip(net, cuts[:-1], cuts[1:],
+                                                               strict=True)]
+            del first
+        for host, t in net:
+            parts.append({"ts_ns": t, **{c: _labels(pd.Categorical.from_codes(
+                np.zeros(len(t), np.int8), [v])) for c, v in (("host", host), ("layer", "net"),
+                                                              ("event", "segment"))}})
+        del net
+        ts = np.concatenate([p.pop("ts_ns") for p in parts])
+        order = np.argsort(ts, kind="stable")
+        return pd.DataFrame({"ts_ns": ts[order],
+                             **{c: union_categoricals([p[c] for p in parts])[order]
+                                for c in ("host", "layer", "event")}})
     parts = [pdu_instants(cap.pdus, cap.offset_ns)]
     ev = cap.all_events()
     if ev is not None and not ev.empty:
@@ -169,7 +192,7 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
 
 
 def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame | None,
-                max_instants: int = MAX_INSTANTS, chunk: int = 100_000,
+                max_instants: int = MAX_INSTANTS, chunk: int = 25_000,
                 span_chunk: int = 10_000) -> int:
     """Write the trace: spans (data.SPAN_COLUMNS) as complete events, instants (ts_ns, host,
     layer, event) as instant events on their layer's track, times in us from the earliest.
@@ -185,8 +208,8 @@ def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame |
     t0 = min(starts) if starts else 0
     n = len(spans)
     used: set[tuple[str, str]] = set()
-    with open(path, "w") as f:
-        f.write('{"traceEvents":[')
+    with open(path, "wb") as f:
+        f.write(b'{"traceEvents":[')
         # json.dumps (the C encoder) a chunk at a time: json.dump's pure-Python encoder
         # took half a minute on a million events; a chunk's dicts at a time (a minute's
         # 170 000 spans as dicts were 200 MB, 100 000 of them 110 MB)
@@ -194,21 +217,24 @@ def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame |
         for i in range(0, len(spans), span_chunk):
             head, here = _span_events(spans.iloc[i:i + span_chunk], t0)
             used |= here
-            f.write(("" if first else ",") + json.dumps(head, separators=(",", ":"))[1:-1])
+            f.write((("" if first else ",")
+                     + json.dumps(head, separators=(",", ":"))[1:-1]).encode())
             first = False
         if ins is not None:
             codes, kinds = _kinds(ins)
             used.update((h, la) for h, la, _ in kinds)
-            heads = np.array(['{"name":' + json.dumps(e) + ',"cat":' + json.dumps(la)
-                              + ',"ph":"i","s":"t","ts":' for _, la, e in kinds], object)
-            tails = np.array([f',"pid":{PIDS.get(h, 9)},"tid":{_tid(la)}}}'
-                              for h, la, _ in kinds], object)
+            heads = pa.array(['{"name":' + json.dumps(e) + ',"cat":' + json.dumps(la)
+                              + ',"ph":"i","s":"t","ts":' for _, la, e in kinds], pa.string())
+            tails = pa.array([f',"pid":{PIDS.get(h, 9)},"tid":{_tid(la)}}},'
+                              for h, la, _ in kinds], pa.string())
             for i in range(0, len(ts), chunk):
-                f.write(("" if first else ",") + _instant_lines(
-                    ts[i:i + chunk], codes[i:i + chunk], heads, tails, t0))
+                if not first:
+                    f.write(b",")
+                f.write(_instant_lines(ts[i:i + chunk], codes[i:i + chunk], heads, tails, t0))
                 first = False
             n += len(ts)
         meta = _track_events(used)
-        f.write(("" if first else ",") + json.dumps(meta, separators=(",", ":"))[1:-1])
-        f.write('],"displayTimeUnit":"ms"}')
+        f.write(((",") if not first else "").encode()
+                + json.dumps(meta, separators=(",", ":"))[1:-1].encode())
+        f.write(b'],"displayTimeUnit":"ms"}')
     return n + len(meta)
