@@ -112,6 +112,32 @@ class _Carry:
     last_a_ts: int = 0
 
 
+class _Column:
+    """A column that grows by slices, in one buffer doubled when full. What a pass keeps of
+    each slice (its events, RTT samples, duplicate ACKs) kept as an array per slice was
+    thousands of small blocks among the slices' freed temporaries, each pinning a heap page
+    no trim could hand back: 30 MB over a lossy minute's tracking, for 10 MB of events."""
+
+    def __init__(self, dtype: type | np.dtype) -> None:
+        self._buf = np.empty(0, dtype)
+        self._n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self._n + len(values)
+        if need > len(self._buf):
+            grown = np.empty(max(need, 2 * len(self._buf), 1024), self._buf.dtype)
+            grown[:self._n] = self._buf[:self._n]
+            self._buf = grown
+        self._buf[self._n:need] = values
+        self._n = need
+
+    def __len__(self) -> int:
+        return self._n
+
+    def values(self) -> np.ndarray:
+        return self._buf[:self._n]
+
+
 @dataclass
 class _Episode:
     t: int
@@ -131,15 +157,18 @@ class Direction:
         self.cmd_of, self.thr, self.reorder_ns = cmd_of, dupack_threshold, reorder_window_ns
         self.seq, self.ack = Unwrapper(p.base), Unwrapper(p.base)
         self.c = _Carry()
-        # the events, a block of one kind per call of _event: columns, not a tuple each (a
-        # lossy minute has a hundred thousand duplicate ACKs)
-        self._events: list[tuple[np.ndarray, ...]] = []
-        self._notes: dict[str, str] = {}  # each note text made once
+        # the events as columns, not a tuple each (a lossy minute has a hundred thousand
+        # duplicate ACKs); kind and note as codes into the texts, each made once
+        self._ev = {name: _Column(t) for name, t in (("ts_ns", np.int64), ("kind", np.int8),
+                                                     ("seq", np.int64), ("bytes", np.int64),
+                                                     ("cmd", np.float64), ("note", np.int32))}
+        self._kinds: dict[str, int] = {}
+        self._notes: dict[str, int] = {}
         self.episodes: list[_Episode] = []
         self.runs: list[tuple[int, int, int | None]] = []  # dup runs: start, length, next ACK
         self.open_run: list[int] | None = None             # [start, length, last ts]
-        self.dup_ts: list[np.ndarray] = []
-        self.rtts: list[np.ndarray] = []
+        self.dup_ts = _Column(np.int64)
+        self.rtts = _Column(np.float64)
 
     # ----------------------------------------------------------------------------------------
     def feed(self, col: Columns, snd: np.ndarray, rev: np.ndarray) -> Columns:
@@ -325,7 +354,7 @@ class Direction:
                 self._close_run(int(a_ts[i + 1]))
         if len(dup):
             c.dup_run = int(dup_run[-1]) if dup[-1] else 0
-        self.dup_ts.append(a_ts[dup])
+        self.dup_ts.extend(a_ts[dup])
         return dup_run
 
     def _close_run(self, next_ts: int | None) -> None:
@@ -378,7 +407,7 @@ class Direction:
         out = np.full(len(rtt), np.nan)
         s = c.srtt
         samples = np.flatnonzero(~np.isnan(rtt))
-        self.rtts.append(rtt[samples])
+        self.rtts.extend(rtt[samples])
         for i in samples:
             s = rtt[i] if np.isnan(s) else s + (rtt[i] - s) / 8.0
             out[i] = s
@@ -416,10 +445,10 @@ class Direction:
         """(states, events) of the whole direction, once every slice was fed."""
         c = self.c
         self._close_run(None)
-        rtts = np.concatenate(self.rtts) if self.rtts else np.zeros(0)
+        rtts = self.rtts.values()
         recent_ns = int(max(2 * np.median(rtts) * 1000, 1_000_000)) if len(rtts) \
             else 200_000_000
-        dup_ts = np.concatenate(self.dup_ts) if self.dup_ts else np.zeros(0, np.int64)
+        dup_ts = self.dup_ts.values()
         states: list[tuple] = []
         for ep in self.episodes:
             end = ep.end if ep.end is not None else max(c.last_d_ts, c.last_a_ts)
@@ -450,24 +479,30 @@ class Direction:
         or one each)."""
         if not len(ts):
             return
-        note = np.empty(len(ts), object)
-        note[:] = [self._notes.setdefault(x, x) for x in notes]
-        self._events.append((np.asarray(ts, np.int64), np.full(len(ts), kind, object),
-                             np.asarray(seq, np.int64), np.asarray(nbytes, np.int64),
-                             self.cmd_of(np.asarray(seq, np.int64)), note))
+        seq = np.asarray(seq, np.int64)
+        ev = self._ev
+        ev["ts_ns"].extend(np.asarray(ts, np.int64))
+        ev["kind"].extend(np.full(len(ts), self._kinds.setdefault(kind, len(self._kinds))))
+        ev["seq"].extend(seq)
+        ev["bytes"].extend(np.asarray(nbytes, np.int64))
+        ev["cmd"].extend(self.cmd_of(seq))
+        codes = [self._notes.setdefault(x, len(self._notes)) for x in notes]
+        ev["note"].extend(np.full(len(ts), codes[0]) if len(codes) == 1 else np.array(codes))
 
     def _event_table(self) -> dict[str, np.ndarray] | None:
         """The events' columns (EVENT_FIELDS) in the order they were found (None: none), the
         command typed as a table of one tuple per event would type it: integers, floats where
         some are unknown, None where all are."""
-        if not self._events:
+        if not len(self._ev["ts_ns"]):
             return None
-        cols = [np.concatenate(c) for c in zip(*self._events, strict=True)]
-        cmd = cols[4]
+        cols = {name: c.values() for name, c in self._ev.items()}
+        cols["kind"] = np.array(list(self._kinds), object)[cols["kind"]]
+        cols["note"] = np.array(list(self._notes), object)[cols["note"]]
+        cmd = cols["cmd"]
         unknown = np.isnan(cmd)
-        cols[4] = (np.full(len(cmd), None, object) if unknown.all() else
-                   cmd.astype(np.int64) if not unknown.any() else cmd)
-        return dict(zip(EVENT_FIELDS, cols, strict=True))
+        cols["cmd"] = (np.full(len(cmd), None, object) if unknown.all() else
+                       cmd.astype(np.int64) if not unknown.any() else cmd)
+        return {name: cols[name] for name in EVENT_FIELDS}
 
 
 def _ffill(values: np.ndarray, before: float) -> np.ndarray:
