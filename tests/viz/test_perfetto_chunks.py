@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
-from istrace.report.perfetto import write_trace
+from istrace.capture import layout
+from istrace.capture.segtable import SegmentTableWriter
+from istrace.report.perfetto import merged_instants, write_trace
 
 
 def _spans(n: int) -> pd.DataFrame:
@@ -54,3 +57,36 @@ def test_spans_alone_and_nothing_at_all(tmp_path: Path) -> None:
     assert json.loads(p.read_text())["traceEvents"][0]["ph"] == "X"
     write_trace(p, None, None)
     assert all(e["ph"] == "M" for e in json.loads(p.read_text())["traceEvents"])
+
+
+def _segment_table(d: Path, host: str, ts: np.ndarray) -> None:
+    n = len(ts)
+    with SegmentTableWriter(d, host) as w:
+        w.write({"ts_ns": ts, "ts_ns_merged": ts, "conn": ["c"] * n, "dir": ["t2i"] * n,
+                 **{c: np.zeros(n, np.int64) for c in ("seq", "ack", "len", "flags", "win")},
+                 "cmd_id": pd.array([None] * n, dtype="Int64")})
+
+
+@pytest.mark.parametrize("most", [2, 5, 7, 8, 9, 13, 40])
+def test_merged_instants_keep_every_probe_row_then_the_first_segments(tmp_path: Path,
+                                                                      most: int) -> None:
+    """Probe and PDU rows all, then of both hosts' segments the earliest as many as fit (ties:
+    the initiator's first), in time order: what bounding the whole joined table would keep."""
+    probe = pd.DataFrame({"ts_ns_merged": np.array([30, 10, 55], np.int64),
+                          "host": ["initiator", "target", "initiator"],
+                          "layer": ["tcp", "iscsi", "block"],
+                          "event": ["tcp_probe", "SCSI Data-In", "block_rq_issue"]})
+    probe.to_parquet(tmp_path / layout.MERGED)
+    seg = {"initiator": np.array([1, 7, 7, 20, 41, 60], np.int64),
+           "target": np.array([3, 7, 8, 21, 22, 90, 91], np.int64)}
+    for host, ts in seg.items():
+        _segment_table(tmp_path, host, ts)
+    cap = SimpleNamespace(dir=tmp_path, merged_columns=list(probe.columns))
+    got = merged_instants(cap, most=most)
+
+    rows = [(int(t), h, la, e) for t, h, la, e in probe.itertuples(index=False)]
+    net = sorted(((int(t), i, h) for i, h in enumerate(seg) for t in seg[h]))
+    rows += [(t, h, "net", "segment") for t, _, h in net[:max(most - len(probe), 0)]]
+    want = sorted(rows, key=lambda r: r[0])  # stable: probe rows before segments at a tie
+    assert [tuple(r) for r in got[["ts_ns", "host", "layer", "event"]].astype(
+        {"host": str, "layer": str, "event": str}).itertuples(index=False)] == want
