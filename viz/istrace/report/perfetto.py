@@ -128,7 +128,7 @@ def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFr
             continue
         ts = p["ts_ns"].astype(np.int64) - (offset_ns if host == "target" else 0)
         frames.append(pd.DataFrame({"ts_ns": ts, "host": host, "layer": "iscsi",
-                                    "event": p["opcode_name"].fillna("?").astype(str)}))
+                                    "event": p["opcode_name"].astype(object).fillna("?").astype(str)}))
     if not frames:
         return pd.DataFrame(columns=["ts_ns", "host", "layer", "event"])
     return pd.concat(frames, ignore_index=True)
