@@ -109,6 +109,12 @@ def _const(n: int, value: str) -> pd.Categorical:
     return pd.Categorical.from_codes(np.zeros(n, np.int8), [value])
 
 
+def _labels(values: object) -> pd.Categorical:
+    """Text (missing allowed) as a categorical of plain-object labels, as _const's."""
+    cat = pd.Categorical(np.asarray(values, dtype=object))
+    return pd.Categorical.from_codes(cat.codes, pd.Index(cat.categories, dtype=object))
+
+
 def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> TrackResult:
     """Exact time series from probe event records (docs/schema.md §1, layer == 'tcp'); the
     samples written to `sink` when given."""
@@ -206,12 +212,11 @@ def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> Trac
         rt = ev[is_rt]
         n = len(rt)
         res.events = _frame({
-            "ts_ns": rt["ts_ns"].to_numpy(np.int64), "conn": c_uniq[c_code[is_rt]],
-            "dir": dirs[d_code[is_rt]], "host": h_uniq[h_code[is_rt]],
-            "source": np.full(n, "exact", dtype=object),
-            "kind": np.full(n, "retransmit", dtype=object),
+            "ts_ns": rt["ts_ns"].to_numpy(np.int64), "conn": cat(c_code[is_rt], c_uniq),
+            "dir": cat(d_code[is_rt], dirs), "host": cat(h_code[is_rt], h_uniq),
+            "source": _const(n, "exact"), "kind": _const(n, "retransmit"),
             "seq": _num(rt, "seq"), "bytes": _num(rt, "bytes"),
-            "note": rt["reason"].to_numpy(dtype=object) if "reason" in rt.columns else None,
+            "note": _labels(rt["reason"]) if "reason" in rt.columns else None,
         }, EVENT_COLUMNS, n)
     return res
 
@@ -351,8 +356,13 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
             SAMPLE_COLUMNS, n))
     res.states = pd.DataFrame(states, columns=STATE_COLUMNS)
     if events is not None:
-        ev = pd.DataFrame(events)
-        ev["conn"], ev["dir"], ev["host"], ev["source"] = conn, d, host, "estimated"
+        # the label columns categorical, as the samples' (a lossy minute's hundred thousand
+        # events as text were 14 MB, held by the report's process and sent to its plotter)
+        n = len(events["ts_ns"])
+        ev = pd.DataFrame({**events, "kind": _labels(events["kind"]),
+                           "note": _labels(events["note"]), "conn": _const(n, conn),
+                           "dir": _const(n, d), "host": _const(n, host),
+                           "source": _const(n, "estimated")})
         res.events = ev.sort_values("ts_ns", kind="stable")[EVENT_COLUMNS].reset_index(drop=True)
     return res
 
