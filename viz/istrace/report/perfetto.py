@@ -127,8 +127,9 @@ def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFr
         if p is None or p.empty:
             continue
         ts = p["ts_ns"].astype(np.int64) - (offset_ns if host == "target" else 0)
+        name = p["opcode_name"].astype(object).fillna("?").astype(str)  # categorical: text
         frames.append(pd.DataFrame({"ts_ns": ts, "host": host, "layer": "iscsi",
-                                    "event": p["opcode_name"].astype(object).fillna("?").astype(str)}))
+                                    "event": name}))
     if not frames:
         return pd.DataFrame(columns=["ts_ns", "host", "layer", "event"])
     return pd.concat(frames, ignore_index=True)
