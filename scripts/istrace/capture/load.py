@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from istrace.capture import layout
 from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, DecodeError, read_table, segments_file
@@ -227,10 +228,20 @@ def read_merged(d: Path, columns: list[str] | None = None, probe_rows_only: bool
     `keep` (a mask of the Arrow table) picks before they become a pandas table, text columns
     as categoricals (a minute's 360 000 probe events repeat a few dozen host/layer/event
     names)."""
-    table = pq.read_table(d / layout.MERGED, columns=columns,
-                          filters=[("source", "=", "probe")] if probe_rows_only else None)
-    if keep is not None:
-        table = table.filter(keep(table))
+    if keep is None:
+        table = pq.read_table(d / layout.MERGED, columns=columns,
+                              filters=[("source", "=", "probe")] if probe_rows_only else None)
+    else:  # a row group at a time, each cut to the rows kept before the next is read
+        pf = pq.ParquetFile(d / layout.MERGED)
+        names = list(columns) if columns is not None else pf.schema_arrow.names
+        read = names + (["source"] if probe_rows_only and "source" not in names else [])
+        parts = []
+        for i in range(pf.num_row_groups):
+            g = pf.read_row_group(i, columns=read)
+            if probe_rows_only:
+                g = g.filter(pc.fill_null(pc.equal(g["source"], "probe"), False))
+            parts.append(g.filter(keep(g)).select(names))
+        table = pa.concat_tables(parts) if parts else pf.schema_arrow.empty_table().select(names)
     strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
     # each Arrow column freed as it is converted: a minute's events were held twice over
     return table.to_pandas(categories=strings, split_blocks=True, self_destruct=True)
