@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from istrace.capture.decoded import TCP_SYN
-from istrace.capture.labels import label_codes
+from istrace.capture.labels import label_codes, object_labels
 from istrace.capture.segsource import Segments, SegmentsLike, as_segments, row_slices
 from istrace.capture.slices import SLICE_ROWS
 from istrace.capture.tcpseq import unwrap
@@ -107,12 +107,6 @@ def _num(frame: pd.DataFrame, name: str) -> np.ndarray | None:
 
 def _const(n: int, value: str) -> pd.Categorical:
     return pd.Categorical.from_codes(np.zeros(n, np.int8), [value])
-
-
-def _labels(values: object) -> pd.Categorical:
-    """Text (missing allowed) as a categorical of plain-object labels, as _const's."""
-    cat = pd.Categorical(np.asarray(values, dtype=object))
-    return pd.Categorical.from_codes(cat.codes, pd.Index(cat.categories, dtype=object))
 
 
 def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> TrackResult:
@@ -216,7 +210,8 @@ def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> Trac
             "dir": cat(d_code[is_rt], dirs), "host": cat(h_code[is_rt], h_uniq),
             "source": _const(n, "exact"), "kind": _const(n, "retransmit"),
             "seq": _num(rt, "seq"), "bytes": _num(rt, "bytes"),
-            "note": _labels(rt["reason"]) if "reason" in rt.columns else None,
+            "note": (object_labels(rt["reason"].to_numpy(dtype=object))
+                     if "reason" in rt.columns else None),
         }, EVENT_COLUMNS, n)
     return res
 
@@ -359,8 +354,8 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
         # the label columns categorical, as the samples' (a lossy minute's hundred thousand
         # events as text were 14 MB, held by the report's process and sent to its plotter)
         n = len(events["ts_ns"])
-        ev = pd.DataFrame({**events, "kind": _labels(events["kind"]),
-                           "note": _labels(events["note"]), "conn": _const(n, conn),
+        ev = pd.DataFrame({**events, "kind": object_labels(events["kind"]),
+                           "note": object_labels(events["note"]), "conn": _const(n, conn),
                            "dir": _const(n, d), "host": _const(n, host),
                            "source": _const(n, "estimated")})
         res.events = ev.sort_values("ts_ns", kind="stable")[EVENT_COLUMNS].reset_index(drop=True)

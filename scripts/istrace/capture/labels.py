@@ -24,3 +24,12 @@ def label_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     codes, labels = pd.factorize(col.to_numpy(dtype=object), use_na_sentinel=True)
     return codes, np.asarray(labels, dtype=object)
 
+
+
+def object_labels(values: object) -> pd.Categorical:
+    """Labels (text, missing allowed; a categorical keeps its codes) as a categorical whose
+    categories are plain Python objects: union_categoricals joins only categoricals whose
+    categories are of one kind, and pandas infers its text type for some and not others."""
+    cat = pd.Categorical(values)
+    return pd.Categorical.from_codes(cat.codes, pd.Index(np.asarray(cat.categories, object),
+                                                         dtype=object))

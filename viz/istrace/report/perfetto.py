@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from istrace.capture import segtable
-from istrace.capture.labels import is_
+from istrace.capture.labels import is_, object_labels
 from istrace.capture.load import read_merged
 from istrace.plot import data
 from pandas.api.types import union_categoricals
@@ -135,12 +135,6 @@ def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFr
     return pd.concat(frames, ignore_index=True)
 
 
-def _labels(cat: pd.Categorical) -> pd.Categorical:
-    """The same labels with plain-object categories (union_categoricals wants one kind)."""
-    return pd.Categorical.from_codes(cat.codes, pd.Index(cat.categories.astype(object),
-                                                         dtype=object))
-
-
 def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
     """The merged trace's rows on the initiator clock: every probe event and PDU, then the
     TCP segments from the start as many as `most` leaves room for (read no further: a
@@ -155,7 +149,7 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
         # labels stay categorical (read_merged's): a million rows of text are a few dozen
         # names, and reordering text columns (pyarrow strings) was most of this step
         parts = [{"ts_ns": ts[ok].astype(np.int64).to_numpy(),
-                  **{c: _labels(pd.Categorical(m.pop(c))[ok])
+                  **{c: object_labels(pd.Categorical(m.pop(c))[ok])
                      for c in ("host", "layer", "event")}}]
         del m, ts
         room = most - len(parts[0]["ts_ns"])
@@ -172,7 +166,7 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
                                                                strict=True)]
             del first
         for host, t in net:
-            parts.append({"ts_ns": t, **{c: _labels(pd.Categorical.from_codes(
+            parts.append({"ts_ns": t, **{c: object_labels(pd.Categorical.from_codes(
                 np.zeros(len(t), np.int8), [v])) for c, v in (("host", host), ("layer", "net"),
                                                               ("event", "segment"))}})
         del net
