@@ -1,7 +1,10 @@
-/* segments.bin: the TCP segments table as fixed-width records that numpy maps without parsing
- * (docs/schema.md §4c): one 72-byte little-endian record per segment, then the text of each
- * distinct address (records name them by index), then a 32-byte trailer with the counts.
- * The columns and their values are segments.csv's (segments_out.c), a row for a row. */
+/* segments.bin: the TCP segments table in blocks of columns that numpy maps without parsing
+ * (docs/schema.md §4c): blocks of BLOCK_ROWS segments, each block every column's values of its
+ * rows one column after the other (little-endian), then the text of each distinct address
+ * (rows name them by index), then a 40-byte trailer with the counts. Column by column because
+ * every reader takes a few columns of many rows: from records that was a strided pass over
+ * all of them per column, from a block a contiguous copy. The columns and their values are
+ * segments.csv's (segments_out.c), a row for a row. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -11,9 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REC_SIZE 72
-#define REC_BUF 4096 /* records per write */
-static const char magic[8] = { 'I', 'S', 'T', 'S', 'E', 'G', 'S', '1' };
+#define BLOCK_ROWS 65536
+static const char magic[8] = { 'I', 'S', 'T', 'S', 'E', 'G', 'S', '2' };
+
+/* The columns in the order a block stores them (widest first: every column of a block starts
+ * aligned to its width), with their widths in bytes. */
+enum { C_TS, C_FRAME, C_TSVAL, C_TSECR, C_SEQ, C_ACK, C_LEN, C_WIN, C_SRC, C_DST, C_MSS,
+       C_SPORT, C_DPORT, C_FLAGS, C_WSCALE, C_SACK, N_COLS };
+static const unsigned col_width[N_COLS] = { 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 2, 2, 1, 1, 1 };
+#define ROW_BYTES 67 /* the widths' sum */
 
 struct addr_slot {
 	uint8_t used, fam;
@@ -25,7 +34,7 @@ struct seg_bin {
 	FILE *f;
 	int err;
 	uint64_t n;
-	unsigned char buf[REC_BUF * REC_SIZE];
+	unsigned char *col[N_COLS]; /* the block being filled: BLOCK_ROWS values a column */
 	size_t nbuf;
 	/* distinct addresses: an open-addressing table over (family, ip), and their text in
 	 * index order */
@@ -129,20 +138,35 @@ static uint32_t addr_index(struct seg_bin *s, uint8_t fam, const uint8_t *ip)
 	return s->slots[k].index;
 }
 
-static void flush_recs(struct seg_bin *s)
+/* The block so far, a column after the other, each as long as the block's rows. */
+static void flush_block(struct seg_bin *s)
 {
-	if (s->nbuf && fwrite(s->buf, REC_SIZE, s->nbuf, s->f) != s->nbuf)
-		s->err = 1;
+	for (int c = 0; c < N_COLS && s->nbuf; c++)
+		if (fwrite(s->col[c], col_width[c], s->nbuf, s->f) != s->nbuf)
+			s->err = 1;
 	s->nbuf = 0;
+}
+
+static void seg_bin_free(struct seg_bin *s)
+{
+	free(s->col[0]);
+	free(s->slots);
+	free(s->text);
+	free(s);
 }
 
 struct seg_bin *seg_bin_new(FILE *f)
 {
 	struct seg_bin *s = calloc(1, sizeof *s);
-	if (!s || grow(s)) {
-		free(s);
+	if (!s)
+		return NULL;
+	s->col[0] = malloc((size_t)BLOCK_ROWS * ROW_BYTES);
+	if (!s->col[0] || grow(s)) {
+		seg_bin_free(s);
 		return NULL;
 	}
+	for (int c = 1; c < N_COLS; c++)
+		s->col[c] = s->col[c - 1] + (size_t)BLOCK_ROWS * col_width[c - 1];
 	s->f = f;
 	s->last_fam[0] = s->last_fam[1] = 0xff; /* no address yet */
 	return s;
@@ -150,7 +174,7 @@ struct seg_bin *seg_bin_new(FILE *f)
 
 void seg_bin_row(struct seg_bin *s, uint64_t frame, int64_t ts_ns, const struct tcp_seg *g)
 {
-	unsigned char *r = s->buf + s->nbuf * REC_SIZE;
+	size_t i = s->nbuf;
 	struct seg_opts o = { -1, -1, -1, -1, 0 };
 	uint32_t src = addr_index(s, g->family, g->src), dst = addr_index(s, g->family, g->dst);
 	if (src == UINT32_MAX || dst == UINT32_MAX) {
@@ -159,44 +183,43 @@ void seg_bin_row(struct seg_bin *s, uint64_t frame, int64_t ts_ns, const struct 
 	}
 	if (g->hlen > 20)
 		seg_options(g, &o);
-	memset(r, 0, REC_SIZE);
-	put64(r, (uint64_t)ts_ns);
-	put64(r + 8, frame);
-	put64(r + 16, (uint64_t)o.tsval);
-	put64(r + 24, (uint64_t)o.tsecr);
-	put32(r + 32, g->seq);
-	put32(r + 36, g->ack);
-	put32(r + 40, seg_payload_len(g));
-	put32(r + 44, g->win);
-	put32(r + 48, src);
-	put32(r + 52, dst);
-	put32(r + 56, (uint32_t)o.mss);
-	put16(r + 60, g->sport);
-	put16(r + 62, g->dport);
-	r[64] = g->flags;
-	r[65] = (unsigned char)(int8_t)o.wscale;
-	r[66] = (unsigned char)o.sack;
+	put64(s->col[C_TS] + 8 * i, (uint64_t)ts_ns);
+	put64(s->col[C_FRAME] + 8 * i, frame);
+	put64(s->col[C_TSVAL] + 8 * i, (uint64_t)o.tsval);
+	put64(s->col[C_TSECR] + 8 * i, (uint64_t)o.tsecr);
+	put32(s->col[C_SEQ] + 4 * i, g->seq);
+	put32(s->col[C_ACK] + 4 * i, g->ack);
+	put32(s->col[C_LEN] + 4 * i, seg_payload_len(g));
+	put32(s->col[C_WIN] + 4 * i, g->win);
+	put32(s->col[C_SRC] + 4 * i, src);
+	put32(s->col[C_DST] + 4 * i, dst);
+	put32(s->col[C_MSS] + 4 * i, (uint32_t)o.mss);
+	put16(s->col[C_SPORT] + 2 * i, g->sport);
+	put16(s->col[C_DPORT] + 2 * i, g->dport);
+	s->col[C_FLAGS][i] = g->flags;
+	s->col[C_WSCALE][i] = (unsigned char)(int8_t)o.wscale;
+	s->col[C_SACK][i] = (unsigned char)o.sack;
 	s->n++;
-	if (++s->nbuf == REC_BUF)
-		flush_recs(s);
+	if (++s->nbuf == BLOCK_ROWS)
+		flush_block(s);
 }
 
 int seg_bin_finish(struct seg_bin *s)
 {
-	unsigned char t[32];
-	flush_recs(s);
+	unsigned char t[40];
+	flush_block(s);
 	if (s->text_len && fwrite(s->text, 1, s->text_len, s->f) != s->text_len)
 		s->err = 1;
 	memcpy(t, magic, 8);
-	put32(t + 8, REC_SIZE);
+	put32(t + 8, ROW_BYTES);
 	put32(t + 12, (uint32_t)s->naddr);
 	put64(t + 16, s->n);
 	put64(t + 24, s->text_len);
+	put32(t + 32, BLOCK_ROWS);
+	put32(t + 36, 0);
 	if (fwrite(t, 1, sizeof t, s->f) != sizeof t)
 		s->err = 1;
 	int err = s->err;
-	free(s->slots);
-	free(s->text);
-	free(s);
+	seg_bin_free(s);
 	return err ? -1 : 0;
 }

@@ -30,7 +30,7 @@ def _records(ends: list[tuple[int, int, int, int, int]], n: int, seed: int) -> n
     rng = np.random.default_rng(seed)
     pick = np.concatenate([np.arange(len(ends)), rng.integers(0, len(ends), n - len(ends))])
     rng.shuffle(pick)
-    rec = np.zeros(n, decoded.SEG_RECORD)
+    rec = np.zeros(n, decoded.SEG_FIELDS)
     for k, c in enumerate(["src", "sport", "dst", "dport", "flags"]):
         rec[c] = np.array([e[k] for e in ends])[pick]
     rec["ts_ns"] = np.arange(n)
@@ -50,7 +50,7 @@ def test_labels_are_the_whole_tables(case: str) -> None:
          else rec[c].astype(decoded.memory_type(c)) for c in decoded.SEGMENT_COLUMNS}), (3260,))
     ends = walk(_read(rec), len(rec), ADDRS, (3260,), rows=7)
     for a, b in ((0, 500), (0, 1), (13, 200), (499, 500)):
-        got = ends.codes(rec[a:b], LABELS)
+        got = ends.codes(_read(rec)(ends.keys_for(LABELS), a, b), LABELS, b - a)
         for c in LABELS:
             assert list(ends.labels[c]) == list(whole[c].cat.categories)
             assert got[c].tolist() == whole[c].cat.codes.to_numpy()[a:b].tolist(), c

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from dechelp import decode, run_decoder
-from istrace.capture.decoded import DecodeError, read_segments
+from istrace.capture.decoded import DecodeError, SegmentBlocks, read_segments, segments_file
 from istrace.synth import pcapwriter as pw
 
 T0 = 1_700_000_000_123_456_789
@@ -231,10 +231,46 @@ def test_records_of_an_empty_capture_and_a_damaged_file(dec: Path, tmp: Path) ->
     r = run_decoder(dec, ["--segments", str(tmp / "s.bin"), str(path)])
     assert r.returncode == 0, r.stderr
     data = (tmp / "s.bin").read_bytes()
-    for bad in (data[:-1], data[:10], data[:-32] + b"NOTSEGS1" + data[-24:]):
+    for bad in (data[:-1], data[:10], data[:-40] + b"NOTSEGS2" + data[-32:]):
         (tmp / "bad.bin").write_bytes(bad)
         with pytest.raises(DecodeError, match="segments table"):
             read_segments(tmp / "bad.bin")
+
+
+BLOCK = 65_536  # rows of a segments.bin block (the trailer's B, docs/schema.md 4c)
+
+
+def test_blocks_of_columns_read_across_their_edges(dec: Path, tmp: Path) -> None:
+    """Two whole blocks and a part: any range of rows read from segments.bin, within a block
+    or across the edges, is those rows of the CSV text; the trailer says the block size."""
+    flow = pw.Flow()
+    segs = flow.handshake() + flow.send("t2i", bytes(range(256)) * 4 * 1024, 8)
+    segs += flow.send("i2t", b"x" * 8 * (2 * BLOCK + 1000 - len(segs)), 8)
+    path = Path(pw.write_capture(str(tmp / "many.pcap"), pw.packets_of(flow, segs,
+                                                                       step_ns=1000)))
+    r = run_decoder(dec, ["--segments", str(tmp / "s.bin"), str(path)])
+    assert r.returncode == 0, r.stderr
+    want = segments(dec, path)
+    assert len(want) == 2 * BLOCK + 1000
+    assert int.from_bytes((tmp / "s.bin").read_bytes()[-8:-4], "little") == BLOCK
+    same(records(tmp / "s.bin"), want)
+    blocks = SegmentBlocks(tmp / "s.bin")
+    cols = ["ts_ns", "seq", "ack", "len", "sport", "flags", "frame"]
+    for a, b in ((0, 1), (BLOCK - 3, BLOCK + 5), (BLOCK, 2 * BLOCK), (5, 2 * BLOCK + 7),
+                 (2 * BLOCK - 1, 2 * BLOCK + 1000), (2 * BLOCK + 999, 2 * BLOCK + 2000)):
+        got = blocks.read(cols, a, b)
+        for c in cols:
+            assert got[c].tolist() == want[c].iloc[a:b].tolist(), (a, b, c)
+
+
+def test_a_table_of_an_older_layout_is_decoded_again(dec: Path, tmp: Path) -> None:
+    """A directory decoded by an older istrace (segments.bin of another layout, newer than
+    the capture) gets this decoder's table, not an error."""
+    path, want = build(tmp, "o.pcap", pw.LINKTYPE_ETHERNET)
+    out = tmp / "cache"
+    out.mkdir()
+    (out / "segments.bin").write_bytes(b"\0" * 72 + b"ISTSEGS1" + bytes(24))
+    same(records(segments_file(path, out)), want)
 
 
 def test_segments_only_needs_no_iscsi(dec: Path, tmp: Path) -> None:

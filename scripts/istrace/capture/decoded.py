@@ -9,10 +9,11 @@ reader of capture files; Python loads what it writes.
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +40,25 @@ TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 # The segments table (schema §4b): integer columns (_SEG_MEMORY) but the two addresses.
 SEGMENT_COLUMNS = ["frame", "ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags",
                    "win", "len", "wscale", "mss", "tsval", "tsecr", "sack"]
-# segments.bin (schema §4c, decoder/segments_bin.c): little-endian records, the addresses'
-# text after them (NUL-terminated, in index order), then a 32-byte trailer.
-SEG_RECORD = np.dtype([("ts_ns", "<i8"), ("frame", "<u8"), ("tsval", "<i8"), ("tsecr", "<i8"),
-                        ("seq", "<u4"), ("ack", "<u4"), ("len", "<u4"), ("win", "<u4"),
-                        ("src", "<u4"), ("dst", "<u4"), ("mss", "<i4"), ("sport", "<u2"),
-                        ("dport", "<u2"), ("flags", "u1"), ("wscale", "i1"), ("sack", "u1"),
-                        ("pad", "V5")])
+# segments.bin (schema §4c, decoder/segments_bin.c): blocks of rows, each block a column after
+# the other in SEG_FIELDS' order (little-endian), the addresses' text after them
+# (NUL-terminated, in index order), then a 40-byte trailer.
+SEG_FIELDS = np.dtype([("ts_ns", "<i8"), ("frame", "<u8"), ("tsval", "<i8"), ("tsecr", "<i8"),
+                       ("seq", "<u4"), ("ack", "<u4"), ("len", "<u4"), ("win", "<u4"),
+                       ("src", "<u4"), ("dst", "<u4"), ("mss", "<i4"), ("sport", "<u2"),
+                       ("dport", "<u2"), ("flags", "u1"), ("wscale", "i1"), ("sack", "u1")])
 # In memory, each field in the signed type that holds it (a difference of two never wraps):
 # the times, sequence numbers and timestamp options int64, the small fields narrower (54
 # bytes a row instead of 90 for the columns the report reads, millions of rows a capture).
 _SEG_MEMORY = {"flags": np.int16, "win": np.int32, "len": np.int32, "wscale": np.int8,
                "sack": np.int8, "mss": np.int32, "sport": np.int32, "dport": np.int32}
-_SEG_TRAILER = np.dtype([("magic", "S8"), ("record_size", "<u4"), ("n_addrs", "<u4"),
-                         ("n_records", "<u8"), ("text_bytes", "<u8")])
-_SEG_MAGIC = b"ISTSEGS1"
+_SEG_TRAILER = np.dtype([("magic", "S8"), ("row_bytes", "<u4"), ("n_addrs", "<u4"),
+                         ("n_records", "<u8"), ("text_bytes", "<u8"), ("block_rows", "<u4"),
+                         ("reserved", "<u4")])
+_SEG_MAGIC = b"ISTSEGS2"
+# where each column starts in a block, in values of one byte per row before it
+_SEG_PREFIX = {name: sum(SEG_FIELDS[m].itemsize for m in SEG_FIELDS.names[:i])
+               for i, name in enumerate(SEG_FIELDS.names)}
 
 class DecodeError(RuntimeError):
     """istrace-decode failed; `returncode` is its exit status (3: no iSCSI in the capture)."""
@@ -92,36 +97,81 @@ def memory_type(column: str) -> type:
 
 
 def segment_file_info(path: Path) -> tuple[int, pd.Index]:
-    """(number of records, the address labels) of a segments.bin, checked against its
-    trailer; DecodeError when it is not one."""
-    size = path.stat().st_size
-    if size < _SEG_TRAILER.itemsize:
-        raise DecodeError(f"{path}: too short for a segments table", 2)
-    t = np.fromfile(path, _SEG_TRAILER, count=1, offset=size - _SEG_TRAILER.itemsize)[0]
-    n, text_bytes = int(t["n_records"]), int(t["text_bytes"])
-    if t["magic"] != _SEG_MAGIC or int(t["record_size"]) != SEG_RECORD.itemsize or \
-            n * SEG_RECORD.itemsize + text_bytes + _SEG_TRAILER.itemsize != size:
-        raise DecodeError(f"{path}: not a segments table of this decoder (remove it to "
-                          "decode again)", 2)
-    with open(path, "rb") as f:
-        f.seek(n * SEG_RECORD.itemsize)
-        names = f.read(text_bytes).decode().split("\0")[:int(t["n_addrs"])]
-    return n, pd.Index(names, dtype=object)
+    """(number of rows, the address labels) of a segments.bin, checked against its trailer;
+    DecodeError when it is not one."""
+    info = _SegmentTrailer.read(path)
+    return info.n, info.labels
 
 
-# Records are copied into columns this many at a time: 1.1 MB of records stays in the CPU's
-# cache while each column is taken from it (a field of a record array read whole is a
-# strided pass over all of it per column: 9x slower on the 10 s capture's 150 MB).
-_CACHE_ROWS = 1 << 14
+class _SegmentTrailer:
+    """A segments.bin's counts and address list, checked against the file's size."""
+
+    def __init__(self, n: int, block_rows: int, labels: pd.Index) -> None:
+        self.n, self.block_rows, self.labels = n, block_rows, labels
+
+    @classmethod
+    def read(cls, path: Path) -> _SegmentTrailer:
+        size = path.stat().st_size
+        if size < _SEG_TRAILER.itemsize:
+            raise DecodeError(f"{path}: too short for a segments table", 2)
+        t = np.fromfile(path, _SEG_TRAILER, count=1, offset=size - _SEG_TRAILER.itemsize)[0]
+        n, text_bytes, block = int(t["n_records"]), int(t["text_bytes"]), int(t["block_rows"])
+        if t["magic"] != _SEG_MAGIC or int(t["row_bytes"]) != SEG_FIELDS.itemsize or \
+                block <= 0 or block % 8 or \
+                n * SEG_FIELDS.itemsize + text_bytes + _SEG_TRAILER.itemsize != size:
+            raise DecodeError(f"{path}: not a segments table of this decoder (remove it to "
+                              "decode again)", 2)
+        with open(path, "rb") as f:
+            f.seek(n * SEG_FIELDS.itemsize)
+            names = f.read(text_bytes).decode().split("\0")[:int(t["n_addrs"])]
+        return cls(n, block, pd.Index(names, dtype=object))
 
 
-def _fill(cols: dict[str, np.ndarray], chunks: Iterator[np.ndarray]) -> None:
-    """Copies successive record chunks into the preallocated columns."""
-    i = 0
-    for rec in chunks:
-        for c, v in cols.items():
-            v[i:i + len(rec)] = rec[c]
-        i += len(rec)
+# beyond the pages read, what a page fault may have mapped besides (the kernel maps up to
+# 64 KiB of cached pages around a fault)
+_FAULT_AROUND = 1 << 18
+
+
+class SegmentBlocks:
+    """A segments.bin mapped, its columns read a range of rows at a time (the one reader of
+    the file's layout). Each read copies the rows' values out of the blocks that hold them
+    and hands those blocks' pages back (they stay in the page cache: a later read maps them
+    again), so a pass over the file holds a slice of it, not all."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        info = _SegmentTrailer.read(self.path)
+        self.n, self.labels, self._block = info.n, info.labels, info.block_rows
+        self._map: mmap.mmap | None = None
+
+    def read(self, columns: Sequence[str], a: int, b: int) -> dict[str, np.ndarray]:
+        """Rows a..b of each of `columns`, each in its memory_type."""
+        a, b = max(a, 0), min(b, self.n)
+        if b <= a:
+            return {c: np.zeros(0, memory_type(c)) for c in columns}
+        if self._map is None:
+            with open(self.path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        out = {c: np.empty(b - a, memory_type(c)) for c in columns}
+        first, last = a // self._block, (b - 1) // self._block
+        for k in range(first, last + 1):
+            start = k * self._block
+            rows = min(self._block, self.n - start)
+            lo, hi = max(a, start) - start, min(b, start + rows) - start
+            at = start * SEG_FIELDS.itemsize
+            for c, v in out.items():
+                t = SEG_FIELDS[c]
+                col = np.frombuffer(self._map, t, rows, at + rows * _SEG_PREFIX[c])
+                v[start + lo - a:start + hi - a] = col[lo:hi]
+        self._give_back(first, last)
+        return out
+
+    def _give_back(self, first: int, last: int) -> None:
+        assert self._map is not None
+        row = SEG_FIELDS.itemsize
+        lo = max(first * self._block * row - _FAULT_AROUND, 0) // mmap.PAGESIZE * mmap.PAGESIZE
+        hi = min(min((last + 1) * self._block, self.n) * row + _FAULT_AROUND, len(self._map))
+        self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
 def _segment_frame(cols: dict[str, np.ndarray], labels: pd.Index,
@@ -133,22 +183,13 @@ def _segment_frame(cols: dict[str, np.ndarray], labels: pd.Index,
     return pd.DataFrame(out, columns=columns, copy=False)
 
 
-def _empty_columns(columns: list[str], n: int) -> dict[str, np.ndarray]:
-    return {c: np.empty(n, memory_type(c)) for c in columns}
-
-
 def read_segments(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """A segments.bin as the decoder writes it: the records read, not parsed, a cache-sized
-    chunk at a time into whole columns; integer columns (each as narrow as its field
-    allows), the addresses as categoricals of their text."""
-    path = Path(path)
-    n, labels = segment_file_info(path)
+    """A segments.bin as the decoder writes it: the columns read, not parsed; integer
+    columns (each as narrow as its field allows), the addresses as categoricals of their
+    text."""
+    blocks = SegmentBlocks(path)
     columns = columns or SEGMENT_COLUMNS
-    cols = _empty_columns(columns, n)
-    with open(path, "rb") as f:
-        _fill(cols, (np.fromfile(f, SEG_RECORD, count=min(_CACHE_ROWS, n - i))
-                     for i in range(0, n, _CACHE_ROWS)))
-    return _segment_frame(cols, labels, columns)
+    return _segment_frame(blocks.read(columns, 0, blocks.n), blocks.labels, columns)
 
 
 def segment_count(path: str | Path) -> int:
@@ -158,21 +199,15 @@ def segment_count(path: str | Path) -> int:
 
 def iter_segments(path: str | Path, rows: int = 1 << 21,
                   columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
-    """A segments.bin a slice of `rows` records at a time, in file order, as read_segments
+    """A segments.bin a slice of `rows` rows at a time, in file order, as read_segments
     gives them (only `columns`): what a pass over a capture of any length holds in memory."""
-    path = Path(path)
-    n, labels = segment_file_info(path)
+    blocks = SegmentBlocks(path)
     columns = columns or SEGMENT_COLUMNS
-    if n == 0:
-        yield _segment_frame(_empty_columns(columns, 0), labels, columns)
+    if blocks.n == 0:
+        yield _segment_frame(blocks.read(columns, 0, 0), blocks.labels, columns)
         return
-    with open(path, "rb") as f:
-        for i in range(0, n, rows):
-            m = min(rows, n - i)
-            cols = _empty_columns(columns, m)
-            _fill(cols, (np.fromfile(f, SEG_RECORD, count=min(_CACHE_ROWS, m - j))
-                         for j in range(0, m, _CACHE_ROWS)))
-            yield _segment_frame(cols, labels, columns)
+    for i in range(0, blocks.n, rows):
+        yield _segment_frame(blocks.read(columns, i, i + rows), blocks.labels, columns)
 
 
 def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
@@ -199,11 +234,13 @@ def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
 
 def segments_file(pcap: str | Path, cache_dir: str | Path,
                   timeout: float | None = None) -> Path:
-    """cache_dir/segments.bin of a capture, made by the decoder when missing or older than
-    the capture; for a pass over it a slice at a time (iter_segments)."""
+    """cache_dir/segments.bin of a capture, made by the decoder when missing, older than the
+    capture or not of this decoder's layout (a directory decoded by an older istrace); for a
+    pass over it a slice at a time (iter_segments)."""
     pcap = Path(pcap)
     out = Path(cache_dir) / SEGMENT_FILE
-    if out.is_file() and pcap.is_file() and out.stat().st_mtime >= pcap.stat().st_mtime:
+    if out.is_file() and pcap.is_file() and out.stat().st_mtime >= pcap.stat().st_mtime \
+            and _readable(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".segments-", suffix=".bin", dir=out.parent)
@@ -215,6 +252,14 @@ def segments_file(pcap: str | Path, cache_dir: str | Path,
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _readable(path: Path) -> bool:
+    try:
+        _SegmentTrailer.read(path)
+    except (DecodeError, OSError):
+        return False
+    return True
 
 
 def _decode_segments(pcap: Path, out: Path, timeout: float | None) -> None:

@@ -2,7 +2,7 @@
 
 A capture's millions of segments are between a handful of distinct (src, dst, sport, dport):
 `EndpointLabels` holds those, each one's labels (decoded.endpoint_sides, the rule of
-decoded.conn_and_dir) and is asked for the codes of a slice of records where it is read, so
+decoded.conn_and_dir) and is asked for the codes of a slice of rows where it is read, so
 nothing is held per row (istrace.capture.segsource).
 """
 
@@ -16,11 +16,6 @@ from istrace.capture import decoded
 
 # the label columns a segments' read() gives as codes (istrace.capture.segsource)
 LABELS = ("conn", "dir")
-# sport and dport side by side in a record: one little-endian 32-bit field, sport low
-_SPORT_AT = decoded.SEG_RECORD.fields["sport"][1]
-assert decoded.SEG_RECORD.fields["dport"][1] == _SPORT_AT + 2
-_PORTS = np.dtype({"names": ["ports"], "formats": ["<u4"], "offsets": [_SPORT_AT],
-                   "itemsize": decoded.SEG_RECORD.itemsize})
 _WALK_COLUMNS = ["src", "dst", "sport", "dport", "flags"]
 
 
@@ -66,7 +61,7 @@ class EndpointLabels:
                           if self._same[c] is None else None for c, v in codes.items()}
         # else by the port pair, when no two endpoints share one; else the addresses too
         self._n_addrs = len(addrs)
-        ports = np.array([sp | dp << 16 for _, sp, _, dp in first], np.uint32)  # as read
+        ports = _ports(np.array([p for _, p, _, _ in first]), np.array([p for *_, p in first]))
         self._by_ports = len(np.unique(ports)) == len(ports)
         keys = ports if self._by_ports else _pack(*(np.array(v, np.int64) for v in (
             [s for s, _, _, _ in first], [d for _, _, d, _ in first],
@@ -75,27 +70,45 @@ class EndpointLabels:
         self._keys = keys[order]
         self._codes = {c: v[order] for c, v in codes.items()}
 
-    def codes(self, rec: np.ndarray, columns: Sequence[str]) -> dict[str, np.ndarray]:
-        """Each of `columns`' codes for the records `rec` (rows of decoded.SEG_RECORD, each
-        of whose endpoints is in this table: it was made from every record)."""
+    def keys_for(self, columns: Sequence[str]) -> list[str]:
+        """The stored columns `codes` reads to tell `columns`."""
+        need: list[str] = []
+        for c in columns:
+            if self._same[c] is not None:
+                continue
+            if self._by_sport[c] is not None:
+                need.append("sport")
+            else:
+                need += ["sport", "dport"] + ([] if self._by_ports else ["src", "dst"])
+        return list(dict.fromkeys(need))
+
+    def codes(self, cols: dict[str, np.ndarray], columns: Sequence[str], n: int
+              ) -> dict[str, np.ndarray]:
+        """Each of `columns`' codes for `n` rows whose keys_for columns are `cols` (each
+        row's endpoints are in this table: it was made from every row)."""
         at = None
         out = {}
         for c in columns:
             same, by_sport = self._same[c], self._by_sport[c]
             if same is not None:
-                out[c] = np.full(len(rec), same, np.int32)
+                out[c] = np.full(n, same, np.int32)
             elif by_sport is not None:
-                out[c] = np.take(by_sport, rec["sport"])
+                out[c] = np.take(by_sport, cols["sport"])
             else:
                 if at is None:
-                    at = np.searchsorted(self._keys, self._key(rec))
+                    at = np.searchsorted(self._keys, self._key(cols))
                 out[c] = self._codes[c][at]
         return out
 
-    def _key(self, rec: np.ndarray) -> np.ndarray:
+    def _key(self, cols: dict[str, np.ndarray]) -> np.ndarray:
         if self._by_ports:
-            return rec.view(_PORTS)["ports"]
-        return _pack(rec["src"], rec["dst"], rec["sport"], rec["dport"], self._n_addrs)
+            return _ports(cols["sport"], cols["dport"])
+        return _pack(cols["src"], cols["dst"], cols["sport"], cols["dport"], self._n_addrs)
+
+
+def _ports(sport: np.ndarray, dport: np.ndarray) -> np.ndarray:
+    """One int64 per (sport, dport)."""
+    return sport.astype(np.int64) | (dport.astype(np.int64) << 16)
 
 
 def _by_port(ports: list[int], codes: np.ndarray) -> np.ndarray | None:

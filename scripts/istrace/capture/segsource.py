@@ -16,7 +16,6 @@ hold them).
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,9 +32,6 @@ T = TypeVar("T")
 
 # rows of segments.bin taken per pass of the load's walk
 _WALK_ROWS = 1 << 18
-# beyond the pages read, what a page fault may have mapped besides (the kernel maps up to
-# 64 KiB of cached pages around a fault)
-_FAULT_AROUND = 1 << 18
 # A pass over the file frees each slice's temporaries (its columns, what was computed from
 # them) as it goes, but the C library keeps freed heap for reuse, and what a pass keeps
 # between slices (events found, carried state) lands among it: without a trim the heap
@@ -224,11 +220,10 @@ class FileSegments(Segments):
         super().__init__()
         self.path = Path(path)
         self.ports = ports
-        self.n, addrs = decoded.segment_file_info(self.path)
-        self._map: mmap.mmap | None = None
-        self._records: np.ndarray | None = None
+        self._blocks = decoded.SegmentBlocks(self.path)
+        self.n = self._blocks.n
         self._read_since_trim = 0
-        self._ends = endpoints.walk(self.read, self.n, addrs, ports, _WALK_ROWS)
+        self._ends = endpoints.walk(self.read, self.n, self._blocks.labels, ports, _WALK_ROWS)
 
     def __len__(self) -> int:
         return self.n
@@ -239,39 +234,21 @@ class FileSegments(Segments):
     def labels(self, column: str) -> pd.Index:
         return self._ends.labels[column]
 
-    def _open(self) -> np.ndarray:
-        if self._records is None:
-            with open(self.path, "rb") as f:
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._records = np.ndarray((self.n,), decoded.SEG_RECORD, buffer=self._map)
-        return self._records
-
     def read(self, columns: Sequence[str], a: int, b: int) -> dict[str, np.ndarray]:
-        a, b = max(a, 0), min(b, self.n)
-        if b <= a:
-            return {c: np.zeros(0, np.int32 if c in LABELS else decoded.memory_type(c))
-                    for c in columns}
-        rec = self._open()[a:b]
         labels = [c for c in columns if c in LABELS]
-        codes = self._ends.codes(rec, labels) if labels else {}  # none in the load's walk
-        out = {c: codes[c] if c in codes else rec[c].astype(decoded.memory_type(c))
-               for c in columns}
-        self._give_back(a, b)
-        self._read_since_trim += b - a
+        stored = [c for c in columns if c not in LABELS]
+        # the endpoint columns the labels are told by, read beside the asked ones
+        extra = [c for c in self._ends.keys_for(labels) if c not in stored] if labels else []
+        got = self._blocks.read(stored + extra, a, b)
+        if labels:  # none in the load's walk
+            got.update(self._ends.codes(got, labels, max(min(b, self.n) - max(a, 0), 0)))
+            for c in extra:
+                del got[c]
+        self._read_since_trim += max(min(b, self.n) - max(a, 0), 0)
         if self._read_since_trim >= _TRIM_ROWS:
             self._read_since_trim = 0
             freed.give_back()
-        return out
-
-    def _give_back(self, a: int, b: int) -> None:
-        """The file's pages of rows a..b leave this process (they stay in the page cache: a
-        later read maps them again), so a pass over the file holds a slice of it, not all.
-        With a margin: a page fault maps the cached pages around it too (fault-around)."""
-        size = decoded.SEG_RECORD.itemsize
-        lo = max(a * size - _FAULT_AROUND, 0) // mmap.PAGESIZE * mmap.PAGESIZE
-        assert self._map is not None
-        hi = min(b * size + _FAULT_AROUND, len(self._map))
-        self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        return {c: got[c] for c in columns}
 
     def conns(self) -> list[str]:
         # every label is some row's, numbered in the order the endpoints first appear
