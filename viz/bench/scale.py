@@ -43,7 +43,8 @@ DERIVED = ["decoded", "merged.parquet", "merged.csv", "clock.json", "commands", 
 
 
 def timed(argv: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in MB, stderr) of one command under GNU time."""
+    """(wall seconds, peak RSS in MB, stderr) of one command under GNU time; its CPU seconds
+    (user + system, children included) are cpu_seconds(stderr)."""
     r = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True,
                        check=False)
     if r.returncode != 0:
@@ -53,6 +54,14 @@ def timed(argv: list[str]) -> tuple[float, float, str]:
     assert wall and rss, r.stderr[-1000:]
     secs = int(wall.group(1) or 0) * 3600 + int(wall.group(2)) * 60 + float(wall.group(3))
     return secs, int(rss.group(1)) / 1024, r.stderr
+
+
+def cpu_seconds(stderr: str) -> float:
+    """User + system seconds of a command timed by `timed`, its children included: on a
+    shared machine whose speed changes from minute to minute, the code's own cost (the wall
+    clock waits for CPUs other jobs hold)."""
+    found = re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", stderr)
+    return sum(float(x) for x in found)
 
 
 def clean(d: Path, names: list[str]) -> None:
@@ -99,16 +108,21 @@ def main() -> int:
         layout.decoded_dir(d, p.stem).mkdir(parents=True, exist_ok=True)
     for step, argv in steps + [("merge", ["istrace", "merge", str(d)]),
                                ("report", ["istrace", "report", str(d)])]:
-        secs, rss, _ = timed(argv)
-        rows.append({"step": step, "seconds": round(secs, 2), "peak_rss_mb": round(rss),
+        secs, rss, err = timed(argv)
+        cpu = cpu_seconds(err)
+        rows.append({"step": step, "seconds": round(secs, 2), "cpu_seconds": round(cpu, 2),
+                     "peak_rss_mb": round(rss),
                      "pcap_mb_per_s": round(mb / secs, 1)})
-        print(f"{step:16s} {secs:7.1f} s  {mb / secs:7.1f} MB/s of pcap  peak RSS {rss:7.0f} MB",
+        print(f"{step:16s} {secs:7.1f} s  {mb / secs:7.1f} MB/s of pcap  peak RSS {rss:7.0f} MB"
+              f"  CPU {cpu:6.1f} s",
               flush=True)
     total = sum(r["seconds"] for r in rows)
+    cpu_total = sum(r["cpu_seconds"] for r in rows)
     peak = max(r["peak_rss_mb"] for r in rows)
     print(f"{'all':16s} {total:7.1f} s  {mb / total:7.1f} MB/s of pcap  peak RSS {peak:7.0f} MB"
-          f" of any step  ({mb:.0f} MB of pcap)")
+          f" of any step  CPU {cpu_total:6.1f} s  ({mb:.0f} MB of pcap)")
     out = {"pcap_mb": round(mb), "steps": rows, "seconds": round(total, 2),
+           "cpu_seconds": round(cpu_total, 2),
            "pcap_mb_per_s": round(mb / total, 1), "peak_rss_mb": peak, "cold": a.cold}
     if a.peer:
         secs = 0.0
