@@ -42,19 +42,26 @@ SEGMENT_COLUMNS = ["frame", "ts_ns", "src", "sport", "dst", "dport", "seq", "ack
                    "win", "len", "wscale", "mss", "tsval", "tsecr", "sack"]
 # segments.bin (schema §4c, decoder/segments_bin.c): blocks of rows, each block a column after
 # the other in SEG_FIELDS' order (little-endian), the addresses' text after them
-# (NUL-terminated, in index order), then a 40-byte trailer.
+# (NUL-terminated, in index order), the endpoint pairs (SEG_ENDPOINT each, in index order),
+# then a 40-byte trailer. `ep`: the row's endpoint pair.
 SEG_FIELDS = np.dtype([("ts_ns", "<i8"), ("frame", "<u8"), ("tsval", "<i8"), ("tsecr", "<i8"),
                        ("seq", "<u4"), ("ack", "<u4"), ("len", "<u4"), ("win", "<u4"),
-                       ("src", "<u4"), ("dst", "<u4"), ("mss", "<i4"), ("sport", "<u2"),
-                       ("dport", "<u2"), ("flags", "u1"), ("wscale", "i1"), ("sack", "u1")])
+                       ("src", "<u4"), ("dst", "<u4"), ("mss", "<i4"), ("ep", "<u4"),
+                       ("sport", "<u2"), ("dport", "<u2"), ("flags", "u1"), ("wscale", "i1"),
+                       ("sack", "u1")])
+# a distinct (src, dst, sport, dport), addresses by index; synack 1: some row of it was a
+# SYN+ACK (its source answered a SYN)
+SEG_ENDPOINT = np.dtype([("src", "<u4"), ("dst", "<u4"), ("sport", "<u2"), ("dport", "<u2"),
+                         ("synack", "u1"), ("pad", "V3")])
 # In memory, each field in the signed type that holds it (a difference of two never wraps):
 # the times, sequence numbers and timestamp options int64, the small fields narrower (54
 # bytes a row instead of 90 for the columns the report reads, millions of rows a capture).
 _SEG_MEMORY = {"flags": np.int16, "win": np.int32, "len": np.int32, "wscale": np.int8,
-               "sack": np.int8, "mss": np.int32, "sport": np.int32, "dport": np.int32}
+               "sack": np.int8, "mss": np.int32, "sport": np.int32, "dport": np.int32,
+               "ep": np.int32}
 _SEG_TRAILER = np.dtype([("magic", "S8"), ("row_bytes", "<u4"), ("n_addrs", "<u4"),
                          ("n_records", "<u8"), ("text_bytes", "<u8"), ("block_rows", "<u4"),
-                         ("reserved", "<u4")])
+                         ("n_endpoints", "<u4")])
 _SEG_MAGIC = b"ISTSEGS2"
 # where each column starts in a block, in values of one byte per row before it
 _SEG_PREFIX = {name: sum(SEG_FIELDS[m].itemsize for m in SEG_FIELDS.names[:i])
@@ -104,10 +111,12 @@ def segment_file_info(path: Path) -> tuple[int, pd.Index]:
 
 
 class _SegmentTrailer:
-    """A segments.bin's counts and address list, checked against the file's size."""
+    """A segments.bin's counts, address list and endpoint pairs, checked against the file's
+    size."""
 
-    def __init__(self, n: int, block_rows: int, labels: pd.Index) -> None:
-        self.n, self.block_rows, self.labels = n, block_rows, labels
+    def __init__(self, n: int, block_rows: int, labels: pd.Index,
+                 endpoints: np.ndarray) -> None:
+        self.n, self.block_rows, self.labels, self.endpoints = n, block_rows, labels, endpoints
 
     @classmethod
     def read(cls, path: Path) -> _SegmentTrailer:
@@ -116,15 +125,21 @@ class _SegmentTrailer:
             raise DecodeError(f"{path}: too short for a segments table", 2)
         t = np.fromfile(path, _SEG_TRAILER, count=1, offset=size - _SEG_TRAILER.itemsize)[0]
         n, text_bytes, block = int(t["n_records"]), int(t["text_bytes"]), int(t["block_rows"])
+        n_ep, n_addrs = int(t["n_endpoints"]), int(t["n_addrs"])
         if t["magic"] != _SEG_MAGIC or int(t["row_bytes"]) != SEG_FIELDS.itemsize or \
-                block <= 0 or block % 8 or \
-                n * SEG_FIELDS.itemsize + text_bytes + _SEG_TRAILER.itemsize != size:
+                block <= 0 or block % 8 or n * SEG_FIELDS.itemsize + text_bytes + \
+                n_ep * SEG_ENDPOINT.itemsize + _SEG_TRAILER.itemsize != size:
             raise DecodeError(f"{path}: not a segments table of this decoder (remove it to "
                               "decode again)", 2)
         with open(path, "rb") as f:
             f.seek(n * SEG_FIELDS.itemsize)
-            names = f.read(text_bytes).decode().split("\0")[:int(t["n_addrs"])]
-        return cls(n, block, pd.Index(names, dtype=object))
+            names = f.read(text_bytes).decode().split("\0")
+            eps = np.fromfile(f, SEG_ENDPOINT, count=n_ep)
+        if len(names) < n_addrs or len(eps) != n_ep or (n_ep and max(
+                int(eps["src"].max()), int(eps["dst"].max())) >= n_addrs):
+            raise DecodeError(f"{path}: a segments table whose address list does not hold "
+                              "its endpoints", 2)
+        return cls(n, block, pd.Index(names[:n_addrs], dtype=object), eps)
 
 
 # beyond the pages read, what a page fault may have mapped besides (the kernel maps up to
@@ -142,6 +157,8 @@ class SegmentBlocks:
         self.path = Path(path)
         info = _SegmentTrailer.read(self.path)
         self.n, self.labels, self._block = info.n, info.labels, info.block_rows
+        # the distinct endpoint pairs (SEG_ENDPOINT), each row's by its `ep` column
+        self.endpoints = info.endpoints
         self._map: mmap.mmap | None = None
 
     def read(self, columns: Sequence[str], a: int, b: int) -> dict[str, np.ndarray]:

@@ -30,8 +30,6 @@ from istrace.system import freed
 
 T = TypeVar("T")
 
-# rows of segments.bin taken per pass of the load's walk
-_WALK_ROWS = 1 << 18
 # A pass over the file frees each slice's temporaries (its columns, what was computed from
 # them) as it goes, but the C library keeps freed heap for reuse, and what a pass keeps
 # between slices (events found, carried state) lands among it: without a trim the heap
@@ -214,7 +212,7 @@ class FrameSegments(Segments):
 class FileSegments(Segments):
     """Segments read from a segments.bin where asked for. `ports`: the iSCSI target ports,
     which say each connection's sides (decoded.conn_and_dir's rule). Held for the whole
-    file: its distinct endpoints, a handful, with each one's labels (endpoints.walk)."""
+    file: its endpoint pairs, a handful, with each one's labels (endpoints.EndpointLabels)."""
 
     def __init__(self, path: Path, ports: tuple[int, ...]) -> None:
         super().__init__()
@@ -223,7 +221,7 @@ class FileSegments(Segments):
         self._blocks = decoded.SegmentBlocks(self.path)
         self.n = self._blocks.n
         self._read_since_trim = 0
-        self._ends = endpoints.walk(self.read, self.n, self._blocks.labels, ports, _WALK_ROWS)
+        self._ends = endpoints.EndpointLabels(self._blocks.endpoints, self._blocks.labels, ports)
 
     def __len__(self) -> int:
         return self.n
@@ -240,7 +238,7 @@ class FileSegments(Segments):
         # the endpoint columns the labels are told by, read beside the asked ones
         extra = [c for c in self._ends.keys_for(labels) if c not in stored] if labels else []
         got = self._blocks.read(stored + extra, a, b)
-        if labels:  # none in the load's walk
+        if labels:
             got.update(self._ends.codes(got, labels, max(min(b, self.n) - max(a, 0), 0)))
             for c in extra:
                 del got[c]
