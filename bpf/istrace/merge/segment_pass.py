@@ -19,18 +19,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from istrace.capture import attribution
-from istrace.capture.decoded import conn_and_dir, iter_segments, segment_count
+from istrace.capture.decoded import segment_count
 from istrace.capture.labels import is_
+from istrace.capture.segsource import FileSegments
 from istrace.capture.segtable import SegmentTableWriter
 from pandas.api.types import union_categoricals
 
 # the clock's sample: at most about this many segments a host (the demo's 390 000 all of them;
 # a bound from fewer pairs is as valid: 1 us looser at worst on a 10 s full-rate capture)
 CLOCK_KEYS = 500_000
-# segments a slice: ~72 bytes each as records, a few times that while a slice is worked on
+# segments a slice: ~71 bytes each in the file, a few times that while a slice is worked on
 SLICE_ROWS = 1 << 18
 KEY = ["conn", "dir", "seq", "ack", "len", "flags", "win"]
-_READ = ["ts_ns", "src", "sport", "dst", "dport", "seq", "ack", "flags", "win", "len"]
+_READ = ["ts_ns", "seq", "ack", "flags", "win", "len"]
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -71,9 +72,18 @@ def buckets(*bins: Path) -> int:
 
 
 def _iscsi_slices(seg_bin: Path, ports: tuple[int, ...]) -> Iterator[pd.DataFrame]:
-    for s in iter_segments(seg_bin, SLICE_ROWS, _READ):
-        s = s[s["sport"].isin(ports) | s["dport"].isin(ports)]
-        yield conn_and_dir(s, ports).reset_index(drop=True)
+    """The segments of the iSCSI connections (a side on one of `ports`) a slice at a time,
+    labelled by connection and direction (decoded.conn_and_dir's rule, told by the file's
+    endpoint pairs: istrace.capture.segsource) as categoricals of the labels they use."""
+    segs = FileSegments(seg_bin, ports)
+    labels = {"conn": segs.conn_labels, "dir": segs.dir_labels}
+    for a in range(0, len(segs), SLICE_ROWS):
+        got = segs.read([*_READ, "sport", "dport", "conn", "dir"], a, a + SLICE_ROWS)
+        keep = np.isin(got.pop("sport"), ports) | np.isin(got.pop("dport"), ports)
+        s = pd.DataFrame({c: v[keep] for c, v in got.items()}, copy=False)
+        for c, lab in labels.items():
+            s[c] = pd.Categorical.from_codes(s[c], lab).remove_unused_categories()
+        yield s
 
 
 def clock_sample(seg_bin: Path, ports: tuple[int, ...], k: int) -> pd.DataFrame:
