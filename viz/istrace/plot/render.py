@@ -82,9 +82,11 @@ def first_ts(cap: Capture) -> int:
 
 def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None = None,
                formats: tuple[str, ...] = ("png", "svg"),
-               spans: pd.DataFrame | None = None) -> dict[str, list[Path]]:
+               spans: pd.DataFrame | None = None,
+               span_window: tuple[int, int] | None = None) -> dict[str, list[Path]]:
     """Each plot of `kinds` into out/<kind>.<format>. `spans`: timeline_spans(cap), when the
-    caller has them already (the report also writes them to the Perfetto trace)."""
+    caller has them already, or with `span_window` those timeline_shown(spans) keeps, and its
+    window (the report writes every span to the Perfetto trace in another process)."""
     # matplotlib takes half a second to import: only the process that draws pays it (the
     # report's plotting child, beside the tracking), not every user of these helpers
     from istrace.plot import plots
@@ -115,7 +117,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
         elif kind == "timeline":
             if spans is None:
                 spans = timeline_spans(cap)
-            w = window or default_timeline_window(spans)
+            w = window or span_window or default_timeline_window(spans)
             fig = plots.timeline(spans, w)
         elif kind == "throughput":
             series = {}
@@ -206,6 +208,17 @@ def _spans_inside(start: np.ndarray, end: np.ndarray, s: np.ndarray, e: np.ndarr
     for i in np.flatnonzero(hi > lo):
         out[i] = int((e[lo[i]:hi[i]] <= end[i]).sum())
     return out
+
+
+def timeline_shown(spans: pd.DataFrame) -> tuple[pd.DataFrame, tuple[int, int] | None]:
+    """The spans the timeline plot draws by default and its window (default_timeline_window;
+    every span when it has none): what the plot needs of a capture's spans, a few hundred
+    of a minute's million."""
+    w = default_timeline_window(spans)
+    if w is None:
+        return spans, None
+    shown = spans[(spans["end_ns"] >= w[0]) & (spans["start_ns"] <= w[1])]
+    return shown.reset_index(drop=True), w
 
 
 def default_timeline_window(spans: pd.DataFrame, commands: int = 64) -> tuple[int, int] | None:

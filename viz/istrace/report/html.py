@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_track_tables, write_verdict
-from istrace.plot.render import KINDS, make_plots, needs_track, timeline_spans
+from istrace.plot.render import KINDS, make_plots, needs_track, timeline_shown, timeline_spans
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
 from istrace.system import forked, freed
@@ -90,34 +91,37 @@ def report(d: Path, out: Path | None = None,
 
     step(f"loading {d} (decoding as needed)")
     cap = load_capture(d, ports=ports)
-    # Every plot but the timeline in a second process (matplotlib imported there), beside the
+    # Every plot in a second process (matplotlib imported there, and only there), beside the
     # tracking and the diagnosis: those that need no tracker at once, the others when the
     # tracker's result comes (its samples are in track.parquet: only the tables' handles are
-    # sent). Both children are forked before anything beyond the capture's tables is made:
-    # each starts at the size of the tables, not of what this process made and freed after.
+    # sent), the timeline last, from the spans in its window that the third process made.
+    # Both children are forked before anything beyond the capture's tables is made: each
+    # starts at the size of the tables, not of what this process made and freed after.
     late = needs_track(cap)
-    drawn_here = [k for k in KINDS if k != "timeline"]
+    first = [k for k in KINDS if k not in late and k != "timeline"]
 
     def plotter(get: Callable[[], Any]) -> dict[str, list[Path]]:
-        made = make_plots(cap, d / layout.PLOTS, [k for k in drawn_here if k not in late],
-                          formats=("png",))
+        made = make_plots(cap, d / layout.PLOTS, first, formats=("png",))
         cap.track = get()
-        made.update(make_plots(cap, d / layout.PLOTS, [k for k in drawn_here if k in late],
+        made.update(make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k in late],
                                formats=("png",)))
+        shown, window = get()
+        made.update(make_plots(cap, d / layout.PLOTS, ["timeline"], formats=("png",),
+                               spans=shown, span_window=window))
         return made
     step("plotting (in a second process, beside the next steps)")
     feed, plotted = forked.start_fed(plotter)
 
     # The timeline's spans (one per command and layer, a minute's are 80 MB to make) in a
-    # third, which writes them to the Perfetto trace and draws the timeline plot from them:
-    # neither needs the tracker nor the diagnosis, and no other process holds the spans.
-    def tracer() -> tuple[int, dict[str, list[Path]]]:
+    # third, which writes them to the Perfetto trace and hands back those the timeline plot
+    # draws (its window's): it needs neither the tracker nor the diagnosis, nor matplotlib
+    # (40 MB and half a second to import), and no other process holds every span.
+    def tracer() -> tuple[int, pd.DataFrame, tuple[int, int] | None]:
         spans = timeline_spans(cap)
         n = perfetto.write_trace(d / layout.TRACE_JSON, spans, perfetto.merged_instants(cap))
-        freed.give_back()  # the trace's temporaries, before matplotlib's
-        return n, make_plots(cap, d / layout.PLOTS, ["timeline"], formats=("png",),
-                             spans=spans)
-    step("timeline spans, the Perfetto trace and the timeline plot (in a third process)")
+        shown, window = timeline_shown(spans)
+        return n, shown, window
+    step("timeline spans and the Perfetto trace (in a third process)")
     traced = forked.start(tracer)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     try:
@@ -130,10 +134,15 @@ def report(d: Path, out: Path | None = None,
     step("diagnosing")
     diag = diagnose(cap)
     write_verdict(diag["verdict"], d)
-    step("waiting for the Perfetto trace and the timeline")
-    n, done = traced()
+    step("waiting for the Perfetto trace")
+    shown: pd.DataFrame = pd.DataFrame()
+    window = None
+    try:
+        n, shown, window = traced()
+    finally:
+        feed((shown, window))  # nothing when the trace failed: the plotter is not left waiting
     step("waiting for the plots")
-    done.update(plotted())
+    done = plotted()
     made = {k: done[k] for k in KINDS if k in done}
     step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
