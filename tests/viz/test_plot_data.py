@@ -471,3 +471,25 @@ def test_only_the_events_that_make_spans_are_kept():
     spans = data.timeline_spans(None, None, ev)
     assert spans.equals(data.timeline_spans(None, None, ev[keep].reset_index(drop=True)))
     assert len(spans) == 5
+
+
+def test_the_timeline_from_its_window_spans_is_the_timeline_from_all(cap1, tmp_path):
+    """The report draws the timeline from timeline_shown's spans and window (the Perfetto
+    process keeps the rest): the same picture, pixel for pixel, as from every span."""
+    from PIL import Image, ImageChops
+
+    cap, _ = cap1
+    spans = render.timeline_spans(cap)
+    spans = spans[spans["row"] != "initiator syscall"]  # the window: the first 64 commands
+    later = spans.assign(start_ns=spans["start_ns"] + 10**9, end_ns=spans["end_ns"] + 10**9,
+                         cmd=spans["cmd"] + 64)
+    spans = pd.concat([spans, later], ignore_index=True)
+    shown, window = render.timeline_shown(spans)
+    assert window == render.default_timeline_window(spans)
+    assert 0 < len(shown) < len(spans) and set(shown["cmd"].dropna().astype(int)) == set(range(64))
+    whole = render.make_plots(cap, tmp_path / "whole", ["timeline"], formats=("png",),
+                              spans=spans)["timeline"][0]
+    cut = render.make_plots(cap, tmp_path / "cut", ["timeline"], formats=("png",), spans=shown,
+                            span_window=window)["timeline"][0]
+    a, b = Image.open(whole).convert("RGBA"), Image.open(cut).convert("RGBA")
+    assert a.size == b.size and ImageChops.difference(a, b).getbbox() is None

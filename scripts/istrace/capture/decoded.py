@@ -214,19 +214,6 @@ def segment_count(path: str | Path) -> int:
     return segment_file_info(Path(path))[0]
 
 
-def iter_segments(path: str | Path, rows: int = 1 << 21,
-                  columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
-    """A segments.bin a slice of `rows` rows at a time, in file order, as read_segments
-    gives them (only `columns`): what a pass over a capture of any length holds in memory."""
-    blocks = SegmentBlocks(path)
-    columns = columns or SEGMENT_COLUMNS
-    if blocks.n == 0:
-        yield _segment_frame(blocks.read(columns, 0, 0), blocks.labels, columns)
-        return
-    for i in range(0, blocks.n, rows):
-        yield _segment_frame(blocks.read(columns, i, i + rows), blocks.labels, columns)
-
-
 def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
                   timeout: float | None = None,
                   columns: list[str] | None = None) -> pd.DataFrame:
@@ -253,7 +240,7 @@ def segments_file(pcap: str | Path, cache_dir: str | Path,
                   timeout: float | None = None) -> Path:
     """cache_dir/segments.bin of a capture, made by the decoder when missing, older than the
     capture or not of this decoder's layout (a directory decoded by an older istrace); for a
-    pass over it a slice at a time (iter_segments)."""
+    pass over it a slice at a time (SegmentBlocks, segsource.FileSegments)."""
     pcap = Path(pcap)
     out = Path(cache_dir) / SEGMENT_FILE
     if out.is_file() and pcap.is_file() and out.stat().st_mtime >= pcap.stat().st_mtime \
