@@ -238,11 +238,12 @@ class FileSegments(Segments):
         # the endpoint columns the labels are told by, read beside the asked ones
         extra = [c for c in self._ends.keys_for(labels) if c not in stored] if labels else []
         got = self._blocks.read(stored + extra, a, b)
+        rows = max(min(b, self.n) - max(a, 0), 0)
         if labels:
-            got.update(self._ends.codes(got, labels, max(min(b, self.n) - max(a, 0), 0)))
+            got.update(self._ends.codes(got, labels, rows))
             for c in extra:
                 del got[c]
-        self._read_since_trim += max(min(b, self.n) - max(a, 0), 0)
+        self._read_since_trim += rows
         if self._read_since_trim >= _TRIM_ROWS:
             self._read_since_trim = 0
             freed.give_back()

@@ -975,6 +975,11 @@ def assign_lanes(start: np.ndarray, end: np.ndarray, max_lanes: int = 8) -> np.n
     return lanes
 
 
+def spans_in(spans: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:
+    """The spans that overlap `window` (absolute ns): what a timeline of it draws."""
+    return spans[(spans["end_ns"] >= window[0]) & (spans["start_ns"] <= window[1])]
+
+
 def span_summary(spans: pd.DataFrame) -> pd.DataFrame:
     """Per row: spans, distinct commands, typical bytes, busy time (union of spans)."""
     rows = []

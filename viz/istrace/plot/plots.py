@@ -279,7 +279,7 @@ def timeline(spans: pd.DataFrame, window: tuple[int, int] | None = None,
     if spans.empty:
         return empty_figure(title, "no spans: need decoded commands or probe events")
     if window:
-        spans = spans[(spans["end_ns"] >= window[0]) & (spans["start_ns"] <= window[1])]
+        spans = data.spans_in(spans, window)
     t0 = int(window[0]) if window else int(spans["start_ns"].min())
     t1 = int(window[1]) if window else int(spans["end_ns"].max())
     rows = [r[2] for r in data.TIMELINE_ROWS]

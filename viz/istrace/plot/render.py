@@ -217,8 +217,7 @@ def timeline_shown(spans: pd.DataFrame) -> tuple[pd.DataFrame, tuple[int, int] |
     w = default_timeline_window(spans)
     if w is None:
         return spans, None
-    shown = spans[(spans["end_ns"] >= w[0]) & (spans["start_ns"] <= w[1])]
-    return shown.reset_index(drop=True), w
+    return data.spans_in(spans, w).reset_index(drop=True), w
 
 
 def default_timeline_window(spans: pd.DataFrame, commands: int = 64) -> tuple[int, int] | None:
