@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -79,3 +80,32 @@ def test_a_fed_call_that_dies_is_a_failure_and_sending_to_it_is_no_error() -> No
     with pytest.raises(forked.ChildFailed, match="exit status 7"):
         wait()
     send("late")  # the process is gone: nothing to do, nothing raised
+
+
+def test_sending_does_not_wait_for_the_call_to_ask(tmp_path) -> None:
+    """A send bigger than a pipe holds returns before the call reads it: the caller goes on
+    (the report's tracking, while its plotter draws) instead of waiting for the call to ask."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the call runs in this process")
+    flag = tmp_path / "sent"
+
+    def fed(get: object) -> tuple[bool, int]:
+        for _ in range(1000):  # at most 10 s: the caller's send is back by then, or never
+            if flag.exists():
+                break
+            time.sleep(0.01)
+        return flag.exists(), len(get())  # type: ignore[operator]
+    send, wait = forked.start_fed(fed)
+    send(b"x" * (4 << 20))  # 4 MiB: a blocking send would wait for the call's get()
+    flag.touch()
+    asked_after_it_was_sent, size = wait()
+    assert asked_after_it_was_sent and size == 4 << 20
+
+
+def test_a_get_past_what_was_sent_is_an_error_not_a_hang() -> None:
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the call runs in this process")
+    send, wait = forked.start_fed(lambda get: [get(), get()])
+    send(1)
+    with pytest.raises(EOFError):
+        wait()

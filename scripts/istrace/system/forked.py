@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -71,14 +73,31 @@ def start_fed(fn: Callable[[Callable[[], Any]], T]) -> tuple[Callable[[Any], Non
     send.close()
     inbox.close()
 
+    # what is sent goes by a thread of its own: a pipe holds 64 KiB, and the process reads
+    # only when it asks (the plotter, once its first plots are drawn), so a send from here
+    # stalled the caller until then (the report's tracking waited 2 s of 4 on its plotter).
+    # The thread closes the pipe after the last one: a get() past it is an EOFError there.
+    outbox: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    def sender() -> None:
+        gone = False
+        while True:
+            more, x = outbox.get()
+            if not more:
+                feed.close()
+                return
+            if not gone:
+                try:
+                    feed.send(x)
+                except OSError:
+                    gone = True  # the process is gone: its wait says why
+    threading.Thread(target=sender, daemon=True).start()
+
     def give(x: Any) -> None:
-        try:
-            feed.send(x)
-        except OSError:
-            pass  # the process is gone (or waited for): its wait says why
+        outbox.put((True, x))
 
     def wait() -> T:
-        feed.close()
+        outbox.put((False, None))  # the result is read while what was sent is still going
         try:
             ok, value = recv.recv()
         except EOFError:

@@ -61,6 +61,25 @@ def needs_track(cap: Capture) -> set[str]:
     return {"cwnd"} | (set() if v is not None and v > 0 else {"ladder"})
 
 
+# what each kind costs to draw, relative (a 20 s full-rate capture's, in tenths of a second)
+DRAW_COST = {"ladder": 10, "tcpseq": 8, "cwnd": 7, "timeline": 4, "throughput": 5,
+             "resptime": 5, "outstanding": 2}
+
+
+def split_kinds(late: set[str]) -> tuple[list[str], list[str]]:
+    """The plot kinds shared between two drawing processes: (the first's, the kinds the second
+    draws before the `late` ones and the timeline), the costlier ones first to whichever has
+    drawn less, so that both end at about the same time."""
+    second = [k for k in KINDS if k in late or k == "timeline"]
+    load = [0, sum(DRAW_COST[k] for k in second)]
+    parts: tuple[list[str], list[str]] = ([], [])
+    for k in sorted((k for k in KINDS if k not in second), key=lambda k: -DRAW_COST[k]):
+        i = 0 if load[0] <= load[1] else 1
+        parts[i].append(k)
+        load[i] += DRAW_COST[k]
+    return ([k for k in KINDS if k in parts[0]], [k for k in KINDS if k in parts[1]])
+
+
 def parse_window(text: str | None, t0: int) -> tuple[int, int] | None:
     """'START:END' in ms from the first record -> absolute ns window."""
     if not text:

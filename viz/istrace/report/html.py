@@ -15,7 +15,14 @@ import pandas as pd
 from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_track_tables, write_verdict
-from istrace.plot.render import KINDS, make_plots, needs_track, timeline_shown, timeline_spans
+from istrace.plot.render import (
+    KINDS,
+    make_plots,
+    needs_track,
+    split_kinds,
+    timeline_shown,
+    timeline_spans,
+)
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
 from istrace.system import forked, freed
@@ -91,17 +98,19 @@ def report(d: Path, out: Path | None = None,
 
     step(f"loading {d} (decoding as needed)")
     cap = load_capture(d, ports=ports)
-    # Every plot in a second process (matplotlib imported there, and only there), beside the
-    # tracking and the diagnosis: those that need no tracker at once, the others when the
-    # tracker's result comes (its samples are in track.parquet: only the tables' handles are
-    # sent), the timeline last, from the spans in its window that the third process made.
-    # Both children are forked before anything beyond the capture's tables is made: each
-    # starts at the size of the tables, not of what this process made and freed after.
+    # The plots in two more processes (matplotlib imported there, and only there), beside the
+    # tracking and the diagnosis: the first draws its share at once; the second draws its
+    # share of those that need no tracker, then the others when the tracker's result comes
+    # (its samples are in track.parquet: only the tables' handles are sent), the timeline
+    # last, from the spans in its window that the tracing process made. One drawing process
+    # was the report's longest (half its CPU), the tracking's CPU idle at its end.
+    # They are forked before anything beyond the capture's tables is made: each starts at
+    # the size of the tables, not of what this process made and freed after.
     late = needs_track(cap)
-    first = [k for k in KINDS if k not in late and k != "timeline"]
+    first, early = split_kinds(late)
 
-    def plotter(get: Callable[[], Any]) -> dict[str, list[Path]]:
-        made = make_plots(cap, d / layout.PLOTS, first, formats=("png",))
+    def plot_rest(get: Callable[[], Any]) -> dict[str, list[Path]]:
+        made = make_plots(cap, d / layout.PLOTS, early, formats=("png",))
         cap.track = get()
         made.update(make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k in late],
                                formats=("png",)))
@@ -109,11 +118,13 @@ def report(d: Path, out: Path | None = None,
         made.update(make_plots(cap, d / layout.PLOTS, ["timeline"], formats=("png",),
                                spans=shown, span_window=window))
         return made
-    step("plotting (in a second process, beside the next steps)")
-    feed, plotted = forked.start_fed(plotter)
+    step("plotting (in two more processes, beside the next steps)")
+    plotted_first = forked.start(lambda: make_plots(cap, d / layout.PLOTS, first,
+                                                    formats=("png",)))
+    feed, plotted = forked.start_fed(plot_rest)
 
     # The timeline's spans (one per command and layer, a minute's are 80 MB to make) in a
-    # third, which writes them to the Perfetto trace and hands back those the timeline plot
+    # fourth, which writes them to the Perfetto trace and hands back those the timeline plot
     # draws (its window's): it needs neither the tracker nor the diagnosis, nor matplotlib
     # (40 MB and half a second to import), and no other process holds every span.
     def tracer() -> tuple[int, pd.DataFrame, tuple[int, int] | None]:
@@ -121,7 +132,7 @@ def report(d: Path, out: Path | None = None,
         n = perfetto.write_trace(d / layout.TRACE_JSON, spans, perfetto.merged_instants(cap))
         shown, window = timeline_shown(spans)
         return n, shown, window
-    step("timeline spans and the Perfetto trace (in a third process)")
+    step("timeline spans and the Perfetto trace (in a fourth process)")
     traced = forked.start(tracer)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     try:
@@ -142,7 +153,7 @@ def report(d: Path, out: Path | None = None,
     finally:
         feed((shown, window))  # nothing when the trace failed: the plotter is not left waiting
     step("waiting for the plots")
-    done = plotted()
+    done = {**plotted_first(), **plotted()}
     made = {k: done[k] for k in KINDS if k in done}
     step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
