@@ -8,6 +8,7 @@ lines are taken out and returned beside the table.
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,9 @@ def events_file(d: Path, host: str) -> Path:
 
 
 def _whole_lines(path: Path) -> str | pa.BufferReader | None:
-    """What to parse: the file itself (Arrow reads it a block at a time: a copy of tens of MB
-    of text held beside the table raised the report's peak), or, when a probe killed
-    mid-line left a partial last line, the lines before it (mapped, not copied); None when
-    no whole line is there."""
+    """What the CSV reader parses: the file itself (read a block at a time), or, when a probe
+    killed mid-line left a partial last line, the lines before it (mapped, not copied); None
+    when no whole line is there."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         f.seek(max(size - 1, 0))
@@ -90,8 +90,37 @@ def _last_newline(buf: pa.Buffer) -> int:
 
 # Text parsed a block at a time (about 2 500 events): neither the text nor the parsed table of
 # a stream is held whole by a reader that takes it a block at a time (4 MiB blocks raised the
-# reader's own peak by 50 MB: Arrow parses several at once)
+# reader's own peak by 50 MB), _PARSERS blocks at once on Arrow's threads (one at a time took
+# twice as long; four, 8 MB more)
 _BLOCK = 1 << 20
+_PARSERS = 2
+
+
+def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
+    """The file's whole lines, about `size` bytes at a time (a partial last line, left by a
+    probe killed mid-write, is not among them). Arrow's streaming JSON reader reads the
+    whole file ahead of the batches it hands out: a minute's 56 MB of events were 32 MB of
+    its buffers at once, so each block is parsed on its own instead."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        start, n = 0, len(m)
+        while start < n:
+            cut = m.find(b"\n", start + size - 1) if start + size < n else -1
+            if cut < 0:  # the last block: up to the last newline
+                cut = m.rfind(b"\n", start, n)
+                if cut < 0:
+                    return
+            yield m[start:cut + 1]
+            start = cut + 1
+
+
+def _json_batches(path: Path) -> Iterator[pa.RecordBatch]:
+    options = pajson.ParseOptions(explicit_schema=EVENT_SCHEMA,
+                                  unexpected_field_behavior="ignore")
+    for block in _line_blocks(path, _BLOCK * _PARSERS):
+        yield from pajson.read_json(pa.BufferReader(block), parse_options=options,
+                                    # Arrow's blocks hold whole lines: an event's is < 1 KiB
+                                    read_options=pajson.ReadOptions(
+                                        block_size=max(_BLOCK, 1 << 16))).to_batches()
 
 
 class EventStream:
@@ -108,11 +137,11 @@ class EventStream:
         path = self.path
         if not path.is_file() or path.stat().st_size == 0:
             return
-        source = _whole_lines(path)
-        if source is None:
-            return
         if path.suffix == ".csv":
-            reader = pacsv.open_csv(
+            source = _whole_lines(path)
+            if source is None:
+                return
+            reader: Iterator[pa.RecordBatch] = pacsv.open_csv(
                 source, read_options=pacsv.ReadOptions(block_size=_BLOCK),
                 # the schema's columns only, typed as there (a column the schema lacks would be
                 # typed from the first block alone), those a CSV from an older probe lacks null
@@ -124,10 +153,7 @@ class EventStream:
             self.meta = _side_meta(path.with_suffix(".meta.json"))
         else:
             self.meta = _meta_line(path)
-            reader = pajson.open_json(
-                source, read_options=pajson.ReadOptions(block_size=_BLOCK),
-                parse_options=pajson.ParseOptions(explicit_schema=EVENT_SCHEMA,
-                                                  unexpected_field_behavior="ignore"))
+            reader = _json_batches(path)
         names = [f.name for f in EVENT_SCHEMA]
         for batch in reader:
             table = pa.Table.from_batches([batch]).select(names)
