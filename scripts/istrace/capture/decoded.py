@@ -332,14 +332,19 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
     return cat.cat.codes.to_numpy().astype(np.int64), cat.cat.categories
 
 
-def read_table(path: str | Path, columns: Iterable[str] | None = None) -> pd.DataFrame:
+def read_table(path: str | Path, columns: Iterable[str] | None = None,
+               labels: Iterable[str] = ()) -> pd.DataFrame:
     """A table the decoder wrote (pdus.csv, commands.csv, connections.csv): the only reader of
     those files; with `columns`, only those of them the file has (a PDU row has 45 columns,
     most of them empty, and a step that reads a few need not hold the rest). Nanosecond
     times, TCP sequence numbers and command indexes as nullable integers: a gap (a command
     never answered) would make them float64, ~256 ns coarse. Only an empty field is missing:
-    "None" is a digest's negotiated value, not a gap."""
-    return pd.read_csv(path, low_memory=False, **_csv_options(path, columns))
+    "None" is a digest's negotiated value, not a gap. `labels`: text columns of a few
+    distinct values, read as categoricals (not a string object per row first: a minute's
+    PDUs held 20 MB of them while read)."""
+    options = _csv_options(path, columns)
+    options["dtype"].update({c: "category" for c in labels if c in options["usecols"]})
+    return pd.read_csv(path, low_memory=False, **options)
 
 
 def read_table_blocks(path: str | Path, columns: Iterable[str], rows: int

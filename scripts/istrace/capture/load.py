@@ -102,9 +102,10 @@ class Capture:
         return self.events if self.events_complete else load_events(self.dir)
 
 
-def _read_csv(path: Path, columns: list[str] | None = None) -> pd.DataFrame | None:
+def _read_csv(path: Path, columns: list[str] | None = None,
+              labels: list[str] | None = None) -> pd.DataFrame | None:
     try:
-        return read_table(path, columns)
+        return read_table(path, columns, labels or ())
     except (OSError, ValueError) as exc:
         print(f"istrace: {path}: unreadable ({exc})", file=sys.stderr)
         return None
@@ -113,13 +114,6 @@ def _read_csv(path: Path, columns: list[str] | None = None) -> pd.DataFrame | No
 # the PDU table's text columns that name one of a few values: held as categoricals (a
 # minute's 65 000 PDUs a host held 6 MB of repeated text, in each of the report's processes)
 PDU_LABELS = ["conn", "dir", "opcode_name", "flags", "cdb_name", "note"]
-
-
-def _labelled(pdus: pd.DataFrame) -> pd.DataFrame:
-    for c in PDU_LABELS:
-        if c in pdus.columns:
-            pdus[c] = pdus[c].astype("category")
-    return pdus
 
 
 def _try_decode(pcap: Path, out: Path, ports: tuple[int, ...]) -> str | None:
@@ -191,9 +185,9 @@ def load_capture(d: str | Path, decode: bool = True,
             if found is None:
                 continue
         if found is not None:
-            pdus = _read_csv(found / layout.PDUS, ANALYSED_PDU_COLUMNS)
+            pdus = _read_csv(found / layout.PDUS, ANALYSED_PDU_COLUMNS, PDU_LABELS)
             if pdus is not None:
-                cap.pdus[host] = _labelled(pdus)
+                cap.pdus[host] = pdus
             commands = _read_csv(found / layout.COMMANDS)
             if commands is not None:
                 cap.commands[host] = commands
