@@ -3,10 +3,13 @@ analysed and says what is missing."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import synth
 
@@ -48,3 +51,25 @@ def test_partial_directory_says_what_is_missing(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "missing: probe events" in r.stdout
     assert (tmp_path / "report.html").is_file()
+
+
+def test_report_merges_first_as_merge_then_report_would(tmp_path: Path) -> None:
+    """`istrace report` on a capture not yet merged runs the merge in its own process: the
+    same merged.parquet and verdict as `istrace merge` then `istrace report`; with
+    --no-merge it reports from the raw tables and says merged.parquet is missing."""
+    two, one, raw = tmp_path / "two", tmp_path / "one", tmp_path / "raw"
+    synth.make_capture(two, n_cmds=16, qd=2)
+    for d in (one, raw):
+        shutil.copytree(two, d)
+    assert not (two / "merged.parquet").exists()
+    assert _istrace("merge", str(two)).returncode == 0
+    assert _istrace("report", str(two)).returncode == 0
+    r = _istrace("report", str(one))
+    assert r.returncode == 0, r.stderr
+    assert "merging first" in r.stderr and "merged.parquet" not in r.stdout
+    assert pq.read_table(one / "merged.parquet").equals(pq.read_table(two / "merged.parquet"))
+    assert json.loads((one / "verdict.json").read_text()) == json.loads(
+        (two / "verdict.json").read_text())
+    r = _istrace("report", "--no-merge", str(raw))
+    assert r.returncode == 0, r.stderr
+    assert not (raw / "merged.parquet").exists() and "missing: merged.parquet" in r.stdout

@@ -13,9 +13,11 @@ docs/report.md), and works where the pcaps were deleted once decoded.
 Everything merge and report derive is removed before each run (decoded/, merged.*, track*,
 plots/, report.html, trace.json, verdict.json), so each step does its whole work: first the
 decoder on both pcaps at once (what merge would run itself, timed apart), then merge, then
-report. Times are wall clock, RSS the kernel's peak (GNU time -v: the largest of the process
-and each of its children; the decoder maps the pcap and hands its pages back as it goes, so
-its RSS is a window of the file). Prints one table row per step and a JSON line.
+report; then, from the raw capture again, `istrace report` alone (it merges first, and the
+merge decodes: the whole analysis in one command and one process). Times are wall clock,
+RSS the kernel's peak (GNU time -v: the largest of the process and each of its children;
+the decoder maps the pcap and hands its pages back as it goes, so its RSS is a window of the
+file). Prints one table row per step and a JSON line.
 """
 
 from __future__ import annotations
@@ -129,6 +131,18 @@ def main() -> int:
     out = {"pcap_mb": round(mb), "steps": rows, "seconds": round(total, 2),
            "cpu_seconds": round(cpu_total, 2),
            "pcap_mb_per_s": round(mb / total, 1), "peak_rss_mb": peak, "cold": a.cold}
+    # the same from the raw capture in one command: istrace report merges first (and the
+    # merge decodes), in one process
+    clean(d, DERIVED)
+    if a.cold:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    secs, rss, err = timed(["istrace", "report", str(d)])
+    cpu = cpu_seconds(err)
+    out["one_command"] = {"seconds": round(secs, 2), "cpu_seconds": round(cpu, 2),
+                          "peak_rss_mb": round(rss), "pcap_mb_per_s": round(mb / secs, 1)}
+    print(f"{'istrace report':16s} {secs:7.1f} s  {mb / secs:7.1f} MB/s of pcap  peak RSS "
+          f"{rss:7.0f} MB  CPU {cpu:6.1f} s  (one command on the raw capture: decode, merge, "
+          "report)", flush=True)
     if a.peer:
         secs = 0.0
         for p in pcaps:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from istrace.cli.analysis_args import parse, ports_of
-from istrace.merge.merger import MergeError, merge_dir
+from istrace.merge.merger import MergeError, MergeResult, merge_dir
 
 
 def main(argv: list[str]) -> int:
@@ -33,22 +33,31 @@ def main(argv: list[str]) -> int:
     except (MergeError, OSError, ValueError) as exc:
         print(f"istrace merge: {exc}", file=sys.stderr)
         return 1
-    c = r.clock
-    if c.offset_ns is None:
-        print("clock: offset UNKNOWN (no segment seen at both ends); target times not moved")
-    elif c.bound_ns is None:
-        print(f"clock: offset {c.offset_ns / 1e3:+.1f} us, bounded on one side only "
-              f"({c.samples} segments, {c.method})")
-    else:
-        print(f"clock: offset {c.offset_ns / 1e3:+.1f} us +- {c.bound_ns / 1e3:.1f} us "
-              f"(target minus initiator; {c.samples_i2t} i2t + {c.samples_t2i} t2i segments)")
-    if c.note:
-        print(f"clock: {c.note}")
-    for n in r.notes:
-        print(f"note: {n}")
-    layers = ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items()))
-    print(f"merged {r.rows} rows in {time.monotonic() - t0:.1f} s: {layers}")
-    print(f"lost events: initiator {r.lost.get('initiator', 0)}, target {r.lost.get('target', 0)}")
+    for line in summary(r, time.monotonic() - t0):
+        print(line)
     csv = (a.dir / "merged.csv").is_file()
     print(f"wrote {a.dir / 'merged.parquet'}" + (", merged.csv" if csv else "") + ", clock.json")
     return 0
+
+
+def summary(r: MergeResult, seconds: float) -> list[str]:
+    """What a merge says it did: the clock, its notes, the rows per layer, events lost."""
+    out = []
+    c = r.clock
+    if c.offset_ns is None:
+        out.append("clock: offset UNKNOWN (no segment seen at both ends); target times not moved")
+    elif c.bound_ns is None:
+        out.append(f"clock: offset {c.offset_ns / 1e3:+.1f} us, bounded on one side only "
+                   f"({c.samples} segments, {c.method})")
+    else:
+        out.append(f"clock: offset {c.offset_ns / 1e3:+.1f} us +- {c.bound_ns / 1e3:.1f} us "
+                   f"(target minus initiator; {c.samples_i2t} i2t + {c.samples_t2i} t2i "
+                   "segments)")
+    if c.note:
+        out.append(f"clock: {c.note}")
+    out += [f"note: {n}" for n in r.notes]
+    layers = ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items()))
+    out.append(f"merged {r.rows} rows in {seconds:.1f} s: {layers}")
+    out.append(f"lost events: initiator {r.lost.get('initiator', 0)}, "
+               f"target {r.lost.get('target', 0)}")
+    return out
