@@ -109,3 +109,24 @@ def test_a_get_past_what_was_sent_is_an_error_not_a_hang() -> None:
     send(1)
     with pytest.raises(EOFError):
         wait()
+
+
+def test_a_fed_call_hands_its_feed_on_to_one_it_started() -> None:
+    """A fed process (nested: allowed processes of its own) starts another and relays what it
+    is sent to it; both results come back, the second's from its own process."""
+    def inner(get: object) -> tuple[int, list[object]]:
+        return os.getpid(), [get(), get()]  # type: ignore[operator]
+
+    def outer(get: object) -> tuple[int, int, list[object]]:
+        give, wait = forked.start_fed(inner)
+        relayed = forked.relay(get, give, 2)  # type: ignore[arg-type]
+        relayed()
+        pid, got = wait()
+        return os.getpid(), pid, got
+    send, wait = forked.start_fed(outer, nested=True)
+    send("track")
+    send(("spans", 3))
+    me, it, got = wait()
+    assert got == ["track", ("spans", 3)]
+    if (os.cpu_count() or 1) > 1:
+        assert len({me, it, os.getpid()}) == 3

@@ -42,12 +42,13 @@ def start(fn: Callable[[], T]) -> Callable[[], T]:
     return start_fed(lambda _get: fn())[1]
 
 
-def start_fed(fn: Callable[[Callable[[], Any]], T]) -> tuple[Callable[[Any], None],
-                                                               Callable[[], T]]:
+def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
+              ) -> tuple[Callable[[Any], None], Callable[[], T]]:
     """Start fn(get) now in a forked process, fed by the caller as it goes: (send, wait).
     `send(x)` hands x (pickled) to the process, where `get()` returns the next one; `wait()`
     returns fn's result as start's does. Without a second CPU, fn runs at `wait`, its gets
-    answered by what was sent."""
+    answered by what was sent. `nested`: fn starts processes of its own (then the caller's
+    exit waits for it instead of ending it: a daemonic process may have no children)."""
     if not _can_fork():
         sent: list[Any] = []
         return sent.append, lambda: fn(lambda: sent.pop(0))
@@ -68,7 +69,8 @@ def start_fed(fn: Callable[[Callable[[], Any]], T]) -> tuple[Callable[[Any], Non
         finally:
             send.close()
 
-    proc = ctx.Process(target=child, daemon=True)  # never outlives a parent that failed
+    # daemonic: never outlives a parent that failed
+    proc = ctx.Process(target=child, daemon=not nested)
     proc.start()
     send.close()
     inbox.close()
@@ -119,3 +121,19 @@ def start_fed(fn: Callable[[Callable[[], Any]], T]) -> tuple[Callable[[Any], Non
 
 def _can_fork() -> bool:
     return (os.cpu_count() or 1) >= 2 and "fork" in multiprocessing.get_all_start_methods()
+
+
+def relay(get: Callable[[], Any], give: Callable[[Any], None], count: int) -> Callable[[], None]:
+    """Pass the next `count` things `get` returns to `give` as they come, by a thread (a fed
+    process handing its feed on to one it started); the returned call waits until they are
+    passed (or `get` had no more)."""
+    def run() -> None:
+        for _ in range(count):
+            try:
+                x = get()
+            except (EOFError, OSError):
+                return
+            give(x)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t.join

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib
 import sys
 import time
 from collections.abc import Callable
@@ -103,7 +104,9 @@ def report(d: Path, out: Path | None = None,
     # share of those that need no tracker, then the others when the tracker's result comes
     # (its samples are in track.parquet: only the tables' handles are sent), the timeline
     # last, from the spans in its window that the tracing process made. One drawing process
-    # was the report's longest (half its CPU), the tracking's CPU idle at its end.
+    # was the report's longest (half its CPU), the tracking's CPU idle at its end. The second
+    # is forked from the first once matplotlib is loaded (a second of CPU to import, paid
+    # once), and the first hands it what this process sends.
     # They are forked before anything beyond the capture's tables is made: each starts at
     # the size of the tables, not of what this process made and freed after.
     late = needs_track(cap)
@@ -118,10 +121,16 @@ def report(d: Path, out: Path | None = None,
         made.update(make_plots(cap, d / layout.PLOTS, ["timeline"], formats=("png",),
                                spans=shown, span_window=window))
         return made
+
+    def plotter(get: Callable[[], Any]) -> dict[str, list[Path]]:
+        importlib.import_module("istrace.plot.plots")  # matplotlib, before the fork
+        feed_rest, rest = forked.start_fed(plot_rest)
+        relayed = forked.relay(get, feed_rest, 2)  # the tracker's result, the spans shown
+        made = make_plots(cap, d / layout.PLOTS, first, formats=("png",))
+        relayed()
+        return {**made, **rest()}
     step("plotting (in two more processes, beside the next steps)")
-    plotted_first = forked.start(lambda: make_plots(cap, d / layout.PLOTS, first,
-                                                    formats=("png",)))
-    feed, plotted = forked.start_fed(plot_rest)
+    feed, plotted = forked.start_fed(plotter, nested=True)
 
     # The timeline's spans (one per command and layer, a minute's are 80 MB to make) in a
     # fourth, which writes them to the Perfetto trace and hands back those the timeline plot
@@ -153,7 +162,7 @@ def report(d: Path, out: Path | None = None,
     finally:
         feed((shown, window))  # nothing when the trace failed: the plotter is not left waiting
     step("waiting for the plots")
-    done = {**plotted_first(), **plotted()}
+    done = plotted()
     made = {k: done[k] for k in KINDS if k in done}
     step("writing report.html")
     note = f"Perfetto / Chrome trace: {d / layout.TRACE_JSON} ({n} events)."
