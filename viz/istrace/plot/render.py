@@ -107,7 +107,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
     caller has them already, or with `span_window` those timeline_shown(spans) keeps, and its
     window (the report writes every span to the Perfetto trace in another process)."""
     # matplotlib takes half a second to import: only the process that draws pays it (the
-    # report's plotting child, beside the tracking), not every user of these helpers
+    # report's drawing processes, beside the tracking), not every user of these helpers
     from istrace.plot import plots
 
     made: dict[str, list[Path]] = {}
