@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -130,3 +132,23 @@ def test_a_fed_call_hands_its_feed_on_to_one_it_started() -> None:
     assert got == ["track", ("spans", 3)]
     if (os.cpu_count() or 1) > 1:
         assert len({me, it, os.getpid()}) == 3
+
+
+def test_a_caller_that_fails_before_feeding_a_nested_call_does_not_hang(tmp_path) -> None:
+    """The report's main process failing between its two sends: its exit ends the plotting
+    process that waits for the second (and that one's own child), instead of waiting."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the call runs in this process")
+    code = (
+        "from istrace.system import forked\n"
+        "def inner(get):\n    return [get(), get()]\n"
+        "def outer(get):\n"
+        "    give, wait = forked.start_fed(inner)\n"
+        "    forked.relay(get, give, 2)()\n"
+        "    return wait()\n"
+        "send, wait = forked.start_fed(outer, nested=True)\n"
+        "send('track')\n"
+        "raise SystemExit(3)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert r.returncode == 3, r.stderr

@@ -47,8 +47,9 @@ def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
     """Start fn(get) now in a forked process, fed by the caller as it goes: (send, wait).
     `send(x)` hands x (pickled) to the process, where `get()` returns the next one; `wait()`
     returns fn's result as start's does. Without a second CPU, fn runs at `wait`, its gets
-    answered by what was sent. `nested`: fn starts processes of its own (then the caller's
-    exit waits for it instead of ending it: a daemonic process may have no children)."""
+    answered by what was sent. `nested`: fn starts processes of its own (multiprocessing
+    refuses children to a daemonic process: the process is daemonic to the caller, whose
+    exit ends it, and not to itself)."""
     if not _can_fork():
         sent: list[Any] = []
         return sent.append, lambda: fn(lambda: sent.pop(0))
@@ -58,6 +59,8 @@ def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
 
     def child() -> None:
         feed.close()
+        if nested:
+            multiprocessing.current_process().daemon = False
         try:
             send.send((True, fn(inbox.recv)))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
@@ -69,8 +72,7 @@ def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
         finally:
             send.close()
 
-    # daemonic: never outlives a parent that failed
-    proc = ctx.Process(target=child, daemon=not nested)
+    proc = ctx.Process(target=child, daemon=True)  # never outlives a parent that failed
     proc.start()
     send.close()
     inbox.close()
