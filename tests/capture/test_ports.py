@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from istrace.capture.load import load_capture
+from istrace.capture.load import Capture, load_capture
 from istrace.cli import report as report_cli
 from istrace.synth import pcapwriter as pw
 
@@ -60,3 +60,14 @@ def test_report_takes_port(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit):
         report_cli.main([str(tmp_path), "--port", "70000"])
     assert "a TCP port is 1..65535" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("clock", "says"), [
+    ({"offset_ns": 1500, "bound_ns": 500, "method": "tcp-segments-two-way"}, "1.5 us +- 0.5 us"),
+    ({"offset_ns": 1500, "bound_ns": None, "method": "tcp-segments-one-way"}, "one side only"),
+    ({"offset_ns": None, "bound_ns": None, "method": "none"}, "offset unknown"),
+])
+def test_the_clock_is_told_however_much_of_it_the_merge_found(clock: dict, says: str) -> None:
+    """clock.json of a capture with one pcap (no offset) or one direction (one bound) is told
+    as such, not a crash of the report."""
+    assert says in Capture(dir=Path("."), clock=clock).clock_note

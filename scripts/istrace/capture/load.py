@@ -74,9 +74,14 @@ class Capture:
     @property
     def clock_note(self) -> str:
         if self.clock:
-            return (f"clock offset {self.offset_ns / 1e3:.1f} us +- "
-                    f"{int(self.clock.get('bound_ns', 0)) / 1e3:.1f} us "
-                    f"({self.clock.get('method', '?')})")
+            method = self.clock.get("method", "?")
+            off, bound = self.clock.get("offset_ns"), self.clock.get("bound_ns")
+            if off is None:  # no segment seen at both ends (one pcap, or none in common)
+                return f"clock offset unknown ({method}): target times not moved"
+            if bound is None:  # segments in one direction only
+                return f"clock offset {int(off) / 1e3:.1f} us, bounded on one side only " \
+                       f"({method})"
+            return f"clock offset {int(off) / 1e3:.1f} us +- {int(bound) / 1e3:.1f} us ({method})"
         if self.meta.get("testbed") or len(self.segs) == 2:
             return "clock offset assumed 0: both ends on one host's clock (no clock.json)"
         return "clock offset unknown (no clock.json)"
