@@ -162,6 +162,10 @@ def parse_pdml(path: Path, target_ports: tuple[int, ...] = (3260,)) -> list[TPdu
     return out
 
 
+# how far past a frame tshark's out-of-order queue may hold whole PDUs it dissects there
+_QUEUED = 1 << 24
+
+
 def chain_seqs(pdus: list[TPdu]) -> list[str]:
     """Fill tcp_seq by chaining lengths per (conn, dir). Returns chain breaks (should be [])."""
     problems: list[str] = []
@@ -175,10 +179,13 @@ def chain_seqs(pdus: list[TPdu]) -> list[str]:
         end = (p.tcp_seq + p.length - 1) & 0xFFFFFFFF
         # A segment that arrived out of order completes the PDU: tshark shows it in that
         # frame, which lies inside the PDU rather than at its end (the veth path reorders
-        # under load). A PDU that does not even overlap its frame breaks the chain.
+        # under load), or before it: the frame filled the gap in front of PDUs whose bytes
+        # had come already, and tshark dissects those queued PDUs there too. A PDU that
+        # neither overlaps its frame nor follows it breaks the chain.
         overlaps = ((p.frame_seq - p.tcp_seq) & 0xFFFFFFFF) < p.length or \
             ((p.tcp_seq - p.frame_seq) & 0xFFFFFFFF) < p.frame_len
-        if ((end - p.frame_seq) & 0xFFFFFFFF) >= p.frame_len and not overlaps:
+        queued = ((p.tcp_seq - p.frame_seq - p.frame_len) & 0xFFFFFFFF) < _QUEUED
+        if ((end - p.frame_seq) & 0xFFFFFFFF) >= p.frame_len and not overlaps and not queued:
             problems.append(f"frame {p.frame}: PDU {p.fields.get('opcode')} at {p.tcp_seq} "
                             f"len {p.length} does not end in its frame "
                             f"[{p.frame_seq}, +{p.frame_len})")
