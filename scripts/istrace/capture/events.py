@@ -63,31 +63,6 @@ def events_file(d: Path, host: str) -> Path:
     return max(cands, key=lambda p: p.stat().st_mtime)
 
 
-def _whole_lines(path: Path) -> str | pa.BufferReader | None:
-    """What the CSV reader parses: the file itself (read a block at a time), or, when a probe
-    killed mid-line left a partial last line, the lines before it (mapped, not copied); None
-    when no whole line is there."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        f.seek(max(size - 1, 0))
-        if f.read(1) == b"\n":
-            return str(path)
-    whole = pa.memory_map(str(path)).read_buffer()
-    end = _last_newline(whole) + 1
-    return pa.BufferReader(whole.slice(0, end)) if end else None
-
-
-def _last_newline(buf: pa.Buffer) -> int:
-    """Offset of the last newline in a mapped file (-1: none), read back from its end."""
-    step = 1 << 16
-    for hi in range(len(buf), 0, -step):
-        lo = max(hi - step, 0)
-        k = buf.slice(lo, hi - lo).to_pybytes().rfind(b"\n")
-        if k >= 0:
-            return lo + k
-    return -1
-
-
 # Text parsed a block at a time (about 2 500 events): neither the text nor the parsed table of
 # a stream is held whole by a reader that takes it a block at a time (4 MiB blocks raised the
 # reader's own peak by 50 MB), _PARSERS blocks at once on Arrow's threads (one at a time took
@@ -96,13 +71,14 @@ _BLOCK = 1 << 20
 _PARSERS = 2
 
 
-def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
-    """The file's whole lines, about `size` bytes at a time (a partial last line, left by a
-    probe killed mid-write, is not among them). Arrow's streaming JSON reader reads the
-    whole file ahead of the batches it hands out: a minute's 56 MB of events were 32 MB of
-    its buffers at once, so each block is parsed on its own instead."""
+def _line_blocks(path: Path, size: int, start: int = 0) -> Iterator[bytes]:
+    """The file's whole lines from byte `start`, about `size` bytes at a time (a partial last
+    line, left by a probe killed mid-write, is not among them). Arrow's streaming readers
+    read the whole file ahead of the batches they hand out (a minute's 56 MB of JSON events
+    were 32 MB of its buffers at once; 9 MB of CSV, 41 MB), so each block is parsed on its
+    own instead."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        start, n = 0, len(m)
+        n = len(m)
         while start < n:
             cut = m.find(b"\n", start + size - 1) if start + size < n else -1
             if cut < 0:  # the last block: up to the last newline
@@ -111,6 +87,24 @@ def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
                     return
             yield m[start:cut + 1]
             start = cut + 1
+
+
+def _csv_batches(path: Path) -> Iterator[pa.RecordBatch]:
+    """A CSV stream's blocks, each parsed under the file's header line: the schema's columns
+    only, typed as there (a column the schema lacks would be typed from the first block
+    alone), those a CSV from an older probe lacks null."""
+    with open(path, "rb") as f:
+        header = f.readline()
+    if not header.endswith(b"\n"):
+        return
+    options = pacsv.ConvertOptions(
+        column_types={f.name: f.type for f in EVENT_SCHEMA},
+        include_columns=[f.name for f in EVENT_SCHEMA], include_missing_columns=True,
+        strings_can_be_null=True, quoted_strings_can_be_null=False)
+    for block in _line_blocks(path, _BLOCK * _PARSERS, start=len(header)):
+        yield from pacsv.read_csv(pa.BufferReader(header + block), convert_options=options,
+                                  read_options=pacsv.ReadOptions(
+                                      block_size=max(_BLOCK, 1 << 16))).to_batches()
 
 
 def _json_batches(path: Path) -> Iterator[pa.RecordBatch]:
@@ -138,19 +132,8 @@ class EventStream:
         if not path.is_file() or path.stat().st_size == 0:
             return
         if path.suffix == ".csv":
-            source = _whole_lines(path)
-            if source is None:
-                return
-            reader: Iterator[pa.RecordBatch] = pacsv.open_csv(
-                source, read_options=pacsv.ReadOptions(block_size=_BLOCK),
-                # the schema's columns only, typed as there (a column the schema lacks would be
-                # typed from the first block alone), those a CSV from an older probe lacks null
-                convert_options=pacsv.ConvertOptions(
-                    column_types={f.name: f.type for f in EVENT_SCHEMA},
-                    include_columns=[f.name for f in EVENT_SCHEMA],
-                    include_missing_columns=True,
-                    strings_can_be_null=True, quoted_strings_can_be_null=False))
             self.meta = _side_meta(path.with_suffix(".meta.json"))
+            reader = _csv_batches(path)
         else:
             self.meta = _meta_line(path)
             reader = _json_batches(path)
