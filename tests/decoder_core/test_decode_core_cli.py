@@ -13,13 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from core_helpers import BIN, connection_columns, schema_columns, session_image, write_session
-from istrace.capture.decoded import (
-    DecodeError,
-    decode_to_dir,
-    load_commands,
-    load_connections,
-    load_pdus,
-)
+from istrace.capture.decoded import load_commands, load_connections, load_pdus
+from istrace.capture.decoderun import DecodeError, decode_to_dir
 from istrace.synth import pcapwriter as pw
 
 

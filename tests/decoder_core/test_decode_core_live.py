@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 from core_helpers import BIN
-from istrace.capture.decoded import decode_to_dir
+from istrace.capture.decoderun import decode_to_dir
 from istrace.testbed.namespaces import Testbed, TestbedConfig
 
 

@@ -497,11 +497,13 @@ def test_the_timeline_from_its_window_spans_is_the_timeline_from_all(cap1, tmp_p
 
 @pytest.mark.parametrize("late", [set(), {"cwnd"}, {"cwnd", "ladder"}])
 def test_the_plots_are_shared_between_two_processes_once_each_and_evenly(late):
-    """Each kind is drawn once; the second process draws what needs the tracker and the
-    timeline (it is fed them); the two shares differ by less than the costliest kind."""
-    first, early = render.split_kinds(late)
-    second = early + [k for k in render.KINDS if k in late or k == "timeline"]
-    assert sorted(first + second) == sorted(render.KINDS)
-    assert not late & set(first) and "timeline" not in first + early
-    cost = [sum(render.DRAW_COST[k] for k in part) for part in (first, second)]
+    """Each kind is drawn once; the first process draws what needs the tracker (it is fed
+    that first), the second the timeline (it is fed the spans); the two shares differ by
+    less than the costliest kind."""
+    first, second = render.split_kinds(late)
+    first_all = first + [k for k in render.KINDS if k in late]
+    second_all = second + ["timeline"]
+    assert sorted(first_all + second_all) == sorted(render.KINDS)
+    assert not late & set(first + second) and "timeline" not in first_all
+    cost = [sum(render.DRAW_COST[k] for k in part) for part in (first_all, second_all)]
     assert abs(cost[0] - cost[1]) < max(render.DRAW_COST.values())

@@ -40,7 +40,6 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,17 +51,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from istrace.capture import attribution, cmdtable, layout, segtable
-from istrace.capture.decoded import (
-    DecodeError,
-    decode_to_dir,
-    read_table,
-    read_table_blocks,
-    segments_file,
-)
+from istrace.capture import attribution, cmdtable, decoderun, layout, segtable
+from istrace.capture.decoded import DecodeError, read_table, read_table_blocks, segments_file
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, EventStream, events_file
 from istrace.capture.labels import is_
-from istrace.capture.meta import read_meta, target_ports
+from istrace.capture.meta import capture_ports
 from istrace.merge import segment_pass
 from istrace.merge.extsort import SCRATCH_FORMAT, ExternalSort, scratch_batches
 from istrace.merge.ties import CommandTies
@@ -102,13 +95,12 @@ class ClockEstimate:
 
 # ----------------------------------------------------------------------------- loading
 
-def _decode(pcap: Path, out_dir: Path, ports: tuple[int, ...]) -> str | None:
-    """Run the decoder on a pcap into out_dir; returns a problem text or None."""
+def _finish(run: decoderun.Decoding) -> str | None:
+    """Wait for a decoder run; a problem text, or None when its tables are in place."""
     try:
-        decode_to_dir(pcap, out_dir, ports=ports)
-    except (MissingBinary, DecodeError, OSError) as exc:
-        shutil.rmtree(out_dir, ignore_errors=True)
-        return f"istrace-decode {pcap.name} failed: {exc}"
+        run.wait()
+    except (DecodeError, OSError) as exc:
+        return f"istrace-decode {run.pcap.name} failed: {exc}"
     return None
 
 
@@ -310,35 +302,38 @@ CSV_MAX_ROWS = 1_000_000
 
 
 def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: int | None = None,
-              write_csv: bool | None = None, log: Any = None) -> MergeResult:
+              write_csv: bool | None = None, log: Any = None,
+              decoding: dict[str, decoderun.Decoding] | None = None) -> MergeResult:
     """Merge everything in d; writes merged.parquet, clock.json and merged.csv (write_csv
     None: when at most CSV_MAX_ROWS rows). `ports`: the iSCSI target port(s), else the
-    portal meta.json recorded, else 3260."""
+    portal meta.json recorded, else 3260. `decoding`: the decoder runs the caller started
+    on d's pcaps (decoderun.start_missing), finished here; without, they are started here."""
     say = log or (lambda m: print(m, file=sys.stderr))
     notes: list[str] = []
     if not d.is_dir():
         raise MergeError(f"{d}: not a directory")
-    if not ports:
-        try:
-            ports = target_ports(read_meta(d))
-        except (OSError, ValueError):
-            ports = target_ports({})
-    # The decoder first: its segments.bin (beside the PDUs) is the segment table.
+    ports = capture_ports(d, ports)
+    # The decoder first: its segments.bin (beside the PDUs) is the segment table. Runs the
+    # caller started (`decoding`) are taken over; the others are started here.
     decoded: dict[str, Decoded] = {}
     seg_dirs: dict[str, Path] = {}
-    dds = {h: next((c for c in layout.decoded_dirs(d, h) if (c / layout.PDUS).is_file()),
-                   layout.decoded_dir(d, h)) for h in HOSTS}
-    todo = [h for h in HOSTS
-            if not (dds[h] / layout.PDUS).is_file() and layout.pcap(d, h).is_file()]
-    for h in todo:
-        say(f"merge: decoding {layout.pcap(d, h).name} into {dds[h].relative_to(d)}/")
-    # both pcaps at once: each decoder is a process of its own (3.8 + 7.7 s one after the
-    # other for the two pcaps of a 10 s full-rate capture)
-    with ThreadPoolExecutor(max_workers=max(len(todo), 1)) as pool:
-        problems = dict(zip(todo, pool.map(
-            lambda h: _decode(layout.pcap(d, h), dds[h], ports), todo), strict=True))
+    problems: dict[str, str | None] = {}
+    try:
+        runs = decoding if decoding is not None else decoderun.start_missing(d, ports)
+    except (MissingBinary, OSError) as exc:
+        runs = {}
+        problems = {h: f"istrace-decode {layout.pcap(d, h).name} failed: {exc}"
+                    for h in HOSTS if layout.pcap(d, h).is_file()
+                    and not (decoderun.decoded_dir(d, h) / layout.PDUS).is_file()}
+    for run in runs.values():
+        say(f"merge: decoding {run.pcap.name} into {run.out.relative_to(d)}/")
+    try:
+        problems.update({h: _finish(run) for h, run in runs.items()})
+    finally:
+        for run in runs.values():
+            run.cancel()
     for h in HOSTS:
-        dd = dds[h]
+        dd = decoderun.decoded_dir(d, h)
         if problems.get(h):
             notes.append(f"PDUs of {h} not available: {problems[h]}")
         decoded[h] = load_decoded(dd)

@@ -1,7 +1,8 @@
 """Python access to the decoder's tables (docs/schema.md §2-4b). The C decoder is the only
 reader of capture files; Python loads what it writes.
 
-    from istrace.capture.decoded import decode_to_dir, load_pdus, load_commands, load_segments
+    from istrace.capture.decoderun import decode_to_dir
+    from istrace.capture.decoded import load_pdus, load_commands, load_segments
     out = decode_to_dir("trace.pcap", "out/decoded", ports=[3260])
     cmds = load_commands(out)
     segs = conn_and_dir(load_segments("trace.pcap", cache_dir=out))   # every TCP segment
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from istrace.capture.conn import conn_key
+from istrace.capture.decoderun import DecodeError, run
 from istrace.system import paths
 
 PDU_FILE = "pdus.csv"
@@ -66,37 +67,6 @@ _SEG_MAGIC = b"ISTSEGS2"
 # where each column starts in a block, in values of one byte per row before it
 _SEG_PREFIX = {name: sum(SEG_FIELDS[m].itemsize for m in SEG_FIELDS.names[:i])
                for i, name in enumerate(SEG_FIELDS.names)}
-
-class DecodeError(RuntimeError):
-    """istrace-decode failed; `returncode` is its exit status (3: no iSCSI in the capture)."""
-
-    def __init__(self, message: str, returncode: int) -> None:
-        super().__init__(message)
-        self.returncode = returncode
-
-
-def _run(cmd: list[str], timeout: float | None) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if r.returncode != 0:
-        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
-        raise DecodeError(msg, r.returncode)
-
-
-def decode_to_dir(pcap: str | Path, outdir: str | Path, ports: Iterable[int] = (),
-                  block_size: int | None = None, timeout: float | None = None) -> Path:
-    """Decode `pcap` into outdir/pdus.csv, commands.csv, connections.csv and segments.bin;
-    returns outdir."""
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = [str(paths.binary("istrace-decode")), "-q", "--csv-dir", str(out)]
-    for p in ports:
-        cmd += ["--port", str(int(p))]
-    if block_size:
-        cmd += ["--block-size", str(int(block_size))]
-    cmd.append(str(pcap))
-    _run(cmd, timeout)
-    return out
-
 
 def memory_type(column: str) -> type:
     """The type a segments column is held in (read_segments and istrace.capture.segsource)."""
@@ -269,7 +239,7 @@ def _readable(path: Path) -> bool:
 def _decode_segments(pcap: Path, out: Path, timeout: float | None) -> None:
     if not pcap.is_file():
         raise DecodeError(f"{pcap}: no such file", 2)
-    _run([str(paths.binary("istrace-decode")), "-q", "--segments", str(out), str(pcap)],
+    run([str(paths.binary("istrace-decode")), "-q", "--segments", str(out), str(pcap)],
          timeout)
 
 

@@ -9,7 +9,6 @@ run on a pcap that has none). Each table may be missing;
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from istrace.capture import layout
 from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, DecodeError, read_table, segments_file
+from istrace.capture.decoderun import decode_to_dir
 from istrace.capture.events import load_events
 from istrace.capture.hoststats import load_hoststats
 from istrace.capture.meta import DEFAULT_PORT, read_meta, target_ports
@@ -122,16 +122,9 @@ PDU_LABELS = ["conn", "dir", "opcode_name", "flags", "cdb_name", "note"]
 
 
 def _try_decode(pcap: Path, out: Path, ports: tuple[int, ...]) -> str | None:
-    """Run the decoder (istrace.capture.decoded) if it is there; error text or None."""
+    """Run the decoder; error text or None."""
     try:
-        tables = importlib.import_module("istrace.capture.decoded")
-    except ImportError:
-        return "the PDU decoder (istrace.capture.decoded) is not available"
-    fn = getattr(tables, "decode_to_dir", None)
-    if fn is None:
-        return "istrace.capture.decoded has no decode_to_dir"
-    try:
-        fn(pcap, out, ports=ports)
+        decode_to_dir(pcap, out, ports=ports)
     except Exception as exc:  # noqa: BLE001 - any decoder failure degrades to "no PDUs"
         return f"decoding {pcap.name} failed: {exc}"
     return None

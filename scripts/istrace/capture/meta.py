@@ -94,6 +94,17 @@ def write_meta(d: Path, meta: dict[str, Any]) -> None:
     os.replace(tmp, d / layout.META)
 
 
+def capture_ports(d: Path, given: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The iSCSI target port(s) an analysis of capture directory d uses: those `given`, else
+    target_ports of its meta.json (3260 when that is missing or unreadable)."""
+    if given:
+        return tuple(given)
+    try:
+        return target_ports(read_meta(d))
+    except (OSError, ValueError):
+        return target_ports({})
+
+
 def target_ports(meta: dict[str, Any]) -> tuple[int, ...]:
     """The iSCSI target port(s) of a capture: the portal meta.json recorded (the testbed's or
     the one given for real hosts), else 3260."""

@@ -14,31 +14,41 @@ import sys
 import time
 from pathlib import Path
 
-from istrace.capture import layout
-from istrace.capture.load import EmptyCapture
+from istrace.capture import decoderun, layout
+from istrace.capture.meta import capture_ports
 from istrace.cli.analysis_args import capture_dir, parse, ports_of
-from istrace.cli.merge import summary
-from istrace.merge.merger import MergeError, merge_dir
-from istrace.report.html import report
+from istrace.system.paths import MissingBinary
 
 
-def _merge_first(d: Path, ports: tuple[int, ...] | None) -> None:
+def _merge_first(d: Path, ports: tuple[int, ...] | None,
+                 decoding: dict[str, decoderun.Decoding] | None) -> None:
     """`istrace merge d` here, when d has no merged.parquet and has what a merge reads (a
     pcap or a probe event stream): one process for both steps, not two interpreters loading
     the same tables (a second of a 4 GB capture's twelve). A merge that fails leaves the
     report to align the layers from the raw tables, as without merge."""
-    if (d / layout.MERGED).is_file() or not layout.has_capture_input(d):
-        return
+    from istrace.cli.merge import summary
+    from istrace.merge.merger import MergeError, merge_dir
+
     print("report: no merged.parquet: merging first (istrace merge)", file=sys.stderr)
     t0 = time.monotonic()
     try:
-        r = merge_dir(d, ports)
+        r = merge_dir(d, ports, decoding=decoding)
     except (MergeError, OSError, ValueError) as exc:
         print(f"report: merge failed, layers aligned from the raw tables: {exc}",
               file=sys.stderr)
         return
     for line in summary(r, time.monotonic() - t0):
         print(f"merge: {line}", file=sys.stderr)
+
+
+def _start_decoders(d: Path, ports: tuple[int, ...]) -> dict[str, decoderun.Decoding] | None:
+    """The decoders of the pcaps not decoded yet, started before the analysis imports its
+    libraries (pandas, pyarrow: 0.6 s), which load while they run. Any trouble starting
+    them is the merge's to report: it starts them itself then."""
+    try:
+        return decoderun.start_missing(d, ports)
+    except (MissingBinary, OSError):
+        return None
 
 
 def main(argv: list[str]) -> int:
@@ -51,8 +61,19 @@ def main(argv: list[str]) -> int:
     d = capture_dir("istrace report", args.dir)
     if d is None:
         return 2
-    if not args.no_merge:
-        _merge_first(d, ports_of(args))
+    merging = not args.no_merge and not (d / layout.MERGED).is_file() \
+        and layout.has_capture_input(d)
+    decoding = _start_decoders(d, capture_ports(d, ports_of(args))) if merging else None
+    try:
+        # the analysis' libraries imported while the decoders run
+        from istrace.capture.load import EmptyCapture
+        from istrace.report.html import report
+
+        if merging:
+            _merge_first(d, ports_of(args), decoding)
+    finally:
+        for run in (decoding or {}).values():
+            run.cancel()  # those the merge did not finish (it failed or was interrupted)
     try:
         path, diag = report(d, Path(args.out) if args.out else None, ports=ports_of(args))
     except EmptyCapture as exc:

@@ -67,13 +67,16 @@ DRAW_COST = {"ladder": 10, "tcpseq": 8, "cwnd": 7, "timeline": 4, "throughput": 
 
 
 def split_kinds(late: set[str]) -> tuple[list[str], list[str]]:
-    """The plot kinds shared between two drawing processes: (the first's, the kinds the second
-    draws before the `late` ones and the timeline), the costlier ones first to whichever has
-    drawn less, so that both end at about the same time."""
-    second = [k for k in KINDS if k in late or k == "timeline"]
-    load = [0, sum(DRAW_COST[k] for k in second)]
+    """The plot kinds shared between two drawing processes, each drawing its share of the
+    kinds that are ready at once and then those it waits for: the first then draws the
+    `late` ones (they need the tracker's result), the second the timeline (it needs the
+    spans). (The first's kinds drawn at once, the second's.) The costlier ones go first to
+    whichever has less to draw, so that both end at about the same time."""
+    waits = ([k for k in KINDS if k in late and k != "timeline"], ["timeline"])
+    load = [sum(DRAW_COST[k] for k in w) for w in waits]
     parts: tuple[list[str], list[str]] = ([], [])
-    for k in sorted((k for k in KINDS if k not in second), key=lambda k: -DRAW_COST[k]):
+    for k in sorted((k for k in KINDS if k not in late and k != "timeline"),
+                    key=lambda k: -DRAW_COST[k]):
         i = 0 if load[0] <= load[1] else 1
         parts[i].append(k)
         load[i] += DRAW_COST[k]

@@ -100,23 +100,22 @@ def report(d: Path, out: Path | None = None,
     step(f"loading {d} (decoding as needed)")
     cap = load_capture(d, ports=ports)
     # The plots in two more processes (matplotlib imported there, and only there), beside the
-    # tracking and the diagnosis: the first draws its share at once; the second draws its
-    # share of those that need no tracker, then the others when the tracker's result comes
-    # (its samples are in track.parquet: only the tables' handles are sent), the timeline
-    # last, from the spans in its window that the tracing process made. One drawing process
-    # was the report's longest (half its CPU), the tracking's CPU idle at its end. The second
-    # is forked from the first once matplotlib is loaded (a second of CPU to import, paid
-    # once), and the first hands it what this process sends.
+    # tracking and the diagnosis. Each draws its share of the plots that need neither the
+    # tracker nor the spans at once; then the first draws those that need the tracker (its
+    # samples are in track.parquet: only the tables' handles are sent), the second the
+    # timeline, from the spans in its window that the tracing process made. One drawing
+    # process was the report's longest (half its CPU), the tracking's CPU idle at its end;
+    # with one process drawing both the tracker's plots and the timeline, those two were
+    # drawn one after the other at the end, the first process idle. The second is forked
+    # from the first once matplotlib is loaded (a second of CPU to import, paid once), and
+    # the first hands it the spans this process sends.
     # They are forked before anything beyond the capture's tables is made: each starts at
     # the size of the tables, not of what this process made and freed after.
     late = needs_track(cap)
-    first, early = split_kinds(late)
+    first, second = split_kinds(late)
 
     def plot_rest(get: Callable[[], Any]) -> dict[str, list[Path]]:
-        made = make_plots(cap, d / layout.PLOTS, early, formats=("png",))
-        cap.track = get()
-        made.update(make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k in late],
-                               formats=("png",)))
+        made = make_plots(cap, d / layout.PLOTS, second, formats=("png",))
         shown, window = get()
         made.update(make_plots(cap, d / layout.PLOTS, ["timeline"], formats=("png",),
                                spans=shown, span_window=window))
@@ -125,8 +124,11 @@ def report(d: Path, out: Path | None = None,
     def plotter(get: Callable[[], Any]) -> dict[str, list[Path]]:
         importlib.import_module("istrace.plot.plots")  # matplotlib, before the fork
         feed_rest, rest = forked.start_fed(plot_rest)
-        relayed = forked.relay(get, feed_rest, 2)  # the tracker's result, the spans shown
         made = make_plots(cap, d / layout.PLOTS, first, formats=("png",))
+        cap.track = get()
+        relayed = forked.relay(get, feed_rest, 1)  # the spans shown, while these are drawn
+        made.update(make_plots(cap, d / layout.PLOTS, [k for k in KINDS if k in late],
+                               formats=("png",)))
         relayed()
         return {**made, **rest()}
     step("plotting (in two more processes, beside the next steps)")
