@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from istrace.capture import attribution
 from istrace.capture.decoded import segment_count
-from istrace.capture.labels import is_
+from istrace.capture.labels import is_, used_labels
 from istrace.capture.segsource import FileSegments
 from istrace.capture.segtable import SegmentTableWriter
 from pandas.api.types import union_categoricals
@@ -82,7 +82,7 @@ def _iscsi_slices(seg_bin: Path, ports: tuple[int, ...]) -> Iterator[pd.DataFram
         keep = np.isin(got.pop("sport"), ports) | np.isin(got.pop("dport"), ports)
         s = pd.DataFrame({c: v[keep] for c, v in got.items()}, copy=False)
         for c, lab in labels.items():
-            s[c] = pd.Categorical.from_codes(s[c], lab).remove_unused_categories()
+            s[c] = used_labels(s[c].to_numpy(), lab)
         yield s
 
 

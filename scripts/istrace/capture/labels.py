@@ -33,3 +33,16 @@ def object_labels(values: object) -> pd.Categorical:
     cat = pd.Categorical(values)
     return pd.Categorical.from_codes(cat.codes, pd.Index(np.asarray(cat.categories, object),
                                                          dtype=object))
+
+
+def used_labels(codes: np.ndarray, labels: pd.Index) -> pd.Categorical:
+    """Codes into `labels` (-1: missing) as a categorical of the labels they use, in their
+    order: Categorical.from_codes(codes, labels).remove_unused_categories(), found by a count
+    of the codes where that sorts them (a full-rate capture's slices of segments: a second
+    of the merge's CPU)."""
+    codes = np.asarray(codes)
+    present = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(labels)))
+    renumber = np.full(len(labels) + 1, -1, np.int64)  # the extra last slot: code -1 stays -1
+    renumber[present] = np.arange(len(present))
+    return pd.Categorical.from_codes(renumber[codes], labels[present])
+
