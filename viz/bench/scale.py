@@ -5,7 +5,8 @@
     python3 viz/bench/scale.py --report-only DIR    # istrace report alone, on DIR's decoded
                                                     # and merged tables as they are
     options: --cold (drop the page cache first: the pcaps come from disk), --peer (time
-    tshark reading the same pcaps, `tshark -r PCAP -q -z io,stat,0`, as the ratio's peer)
+    tshark reading the same pcaps, `tshark -r PCAP -q -z io,stat,0`, as the ratio's peer),
+    --repeat N (the one command N times: its median, fastest and slowest)
 
 `--report-only` is how memory against capture length is measured (10 s and 60 s captures:
 docs/report.md), and works where the pcaps were deleted once decoded.
@@ -27,6 +28,7 @@ import json
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -82,9 +84,13 @@ def main() -> int:
                     help="make the capture first: istrace-gen 4 MiB reads, queue depth 8")
     ap.add_argument("--cold", action="store_true", help="drop the page cache before merging")
     ap.add_argument("--peer", action="store_true", help="time tshark on the same pcaps")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="time the one command N times (median, fastest, slowest)")
     ap.add_argument("--report-only", action="store_true",
                     help="time istrace report alone on the decoded and merged tables there")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat: at least 1")
     d: Path = a.dir
     if a.report_only:
         return report_only(d)
@@ -132,17 +138,27 @@ def main() -> int:
            "cpu_seconds": round(cpu_total, 2),
            "pcap_mb_per_s": round(mb / total, 1), "peak_rss_mb": peak, "cold": a.cold}
     # the same from the raw capture in one command: istrace report merges first (and the
-    # merge decodes), in one process
-    clean(d, DERIVED)
-    if a.cold:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    secs, rss, err = timed(["istrace", "report", str(d)])
-    cpu = cpu_seconds(err)
-    out["one_command"] = {"seconds": round(secs, 2), "cpu_seconds": round(cpu, 2),
-                          "peak_rss_mb": round(rss), "pcap_mb_per_s": round(mb / secs, 1)}
-    print(f"{'istrace report':16s} {secs:7.1f} s  {mb / secs:7.1f} MB/s of pcap  peak RSS "
-          f"{rss:7.0f} MB  CPU {cpu:6.1f} s  (one command on the raw capture: decode, merge, "
-          "report)", flush=True)
+    # merge decodes), in one process; --repeat times: this machine's speed moves by a fifth
+    # from minute to minute, one run is a draw, the median of several is the figure
+    runs = []
+    for i in range(a.repeat):
+        clean(d, DERIVED)
+        if a.cold:
+            Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        secs, rss, err = timed(["istrace", "report", str(d)])
+        cpu = cpu_seconds(err)
+        runs.append({"seconds": round(secs, 2), "cpu_seconds": round(cpu, 2),
+                     "peak_rss_mb": round(rss), "pcap_mb_per_s": round(mb / secs, 1)})
+        print(f"{'istrace report':16s} {secs:7.1f} s  {mb / secs:7.1f} MB/s of pcap  peak RSS "
+              f"{rss:7.0f} MB  CPU {cpu:6.1f} s  (one command on the raw capture: decode, "
+              f"merge, report; run {i + 1} of {a.repeat})", flush=True)
+    med = statistics.median(r["seconds"] for r in runs)
+    out["one_command"] = {**runs[0], "runs": runs, "median_seconds": med,
+                          "median_pcap_mb_per_s": round(mb / med, 1)}
+    if a.repeat > 1:
+        secs = sorted(r["seconds"] for r in runs)
+        print(f"{'istrace report':16s} median {med:.2f} s: {mb / med:.1f} MB/s of pcap "
+              f"(fastest {secs[0]:.2f} s, slowest {secs[-1]:.2f} s, {a.repeat} runs)")
     if a.peer:
         secs = 0.0
         for p in pcaps:
