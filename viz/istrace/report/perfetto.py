@@ -34,17 +34,21 @@ def _tid(layer: str) -> int:
 def _span_events(spans: pd.DataFrame, t0: int) -> tuple[list[dict], set[tuple[str, str]]]:
     """Each span as a complete event, and the (host, layer) tracks they use."""
     out, used = [], set()
-    for r in spans.itertuples():
-        layer = "store" if r.row == "target backing store" else r.layer
-        used.add((r.host, layer))
-        ev = {"name": str(r.label) if isinstance(r.label, str) and r.label else r.row,
-              "cat": layer, "ph": "X", "ts": (r.start_ns - t0) / 1e3,
-              "dur": max(r.end_ns - r.start_ns, 0) / 1e3, "pid": PIDS.get(r.host, 9),
+    # a column at a time as Python values (what a row's fields are): a row tuple at a time
+    # took 18 us a span, most of it in reading the text columns' values one by one
+    cols = [spans[c].tolist() for c in ("row", "host", "layer", "start_ns", "end_ns", "cmd",
+                                        "bytes", "label")]
+    for row, host, layer, start, end, cmd, nbytes, label in zip(*cols, strict=True):
+        layer = "store" if row == "target backing store" else layer
+        used.add((host, layer))
+        ev = {"name": str(label) if isinstance(label, str) and label else row,
+              "cat": layer, "ph": "X", "ts": (start - t0) / 1e3,
+              "dur": max(end - start, 0) / 1e3, "pid": PIDS.get(host, 9),
               "tid": _tid(layer), "args": {}}
-        if not pd.isna(r.cmd):
-            ev["args"]["cmd"] = int(r.cmd)
-        if not pd.isna(r.bytes):
-            ev["args"]["bytes"] = int(r.bytes)
+        if not pd.isna(cmd):
+            ev["args"]["cmd"] = int(cmd)
+        if not pd.isna(nbytes):
+            ev["args"]["bytes"] = int(nbytes)
         out.append(ev)
     return out, used
 
