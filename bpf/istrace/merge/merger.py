@@ -34,7 +34,6 @@ segments a slice at a time in a process per host (segment_pass).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -51,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from istrace.capture import attribution, cmdtable, decoderun, layout, segtable
+from istrace.capture import attribution, clockfile, cmdtable, decoderun, layout, segtable
 from istrace.capture.decoded import DecodeError, read_table, read_table_blocks, segments_file
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, EventStream, events_file
 from istrace.capture.labels import is_
@@ -386,7 +385,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         shutil.rmtree(scratch, ignore_errors=True)
     clock_doc = asdict(clock)
     clock_doc["notes"] = [n for n in notes if "clock" in n]
-    (d / layout.CLOCK).write_text(json.dumps(clock_doc, indent=2) + "\n")
+    clockfile.write(d, clock_doc)
     return MergeResult(notes, n_rows, clock, lost, counts)
 
 

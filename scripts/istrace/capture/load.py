@@ -9,7 +9,6 @@ run on a pcap that has none). Each table may be missing;
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from istrace.capture import layout
+from istrace.capture import clockfile, layout
 from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, DecodeError, read_table, segments_file
 from istrace.capture.decoderun import decode_to_dir
 from istrace.capture.events import load_events
@@ -74,14 +73,7 @@ class Capture:
     @property
     def clock_note(self) -> str:
         if self.clock:
-            method = self.clock.get("method", "?")
-            off, bound = self.clock.get("offset_ns"), self.clock.get("bound_ns")
-            if off is None:  # no segment seen at both ends (one pcap, or none in common)
-                return f"clock offset unknown ({method}): target times not moved"
-            if bound is None:  # segments in one direction only
-                return f"clock offset {int(off) / 1e3:.1f} us, bounded on one side only " \
-                       f"({method})"
-            return f"clock offset {int(off) / 1e3:.1f} us +- {int(bound) / 1e3:.1f} us ({method})"
+            return "clock " + clockfile.describe(self.clock)
         if self.meta.get("testbed") or len(self.segs) == 2:
             return "clock offset assumed 0: both ends on one host's clock (no clock.json)"
         return "clock offset unknown (no clock.json)"
@@ -149,12 +141,10 @@ def load_capture(d: str | Path, decode: bool = True,
     else:
         cap.missing.append("meta.json (run parameters: delay, workload, capture drops)")
     cap.ports = tuple(ports) if ports else target_ports(cap.meta)
-    clock = d / layout.CLOCK
-    if clock.is_file():
-        try:
-            cap.clock = json.loads(clock.read_text())
-        except ValueError:
-            cap.warnings.append("clock.json unreadable")
+    try:
+        cap.clock = clockfile.read(d) or {}
+    except ValueError:
+        cap.warnings.append("clock.json unreadable")
 
     for host in HOSTS:
         pcap = layout.pcap(d, host)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
+from istrace.capture import clockfile
 from istrace.cli.analysis_args import parse, ports_of
 from istrace.merge.merger import MergeError, MergeResult, merge_dir
 
@@ -44,15 +46,7 @@ def summary(r: MergeResult, seconds: float) -> list[str]:
     """What a merge says it did: the clock, its notes, the rows per layer, events lost."""
     out = []
     c = r.clock
-    if c.offset_ns is None:
-        out.append("clock: offset UNKNOWN (no segment seen at both ends); target times not moved")
-    elif c.bound_ns is None:
-        out.append(f"clock: offset {c.offset_ns / 1e3:+.1f} us, bounded on one side only "
-                   f"({c.samples} segments, {c.method})")
-    else:
-        out.append(f"clock: offset {c.offset_ns / 1e3:+.1f} us +- {c.bound_ns / 1e3:.1f} us "
-                   f"(target minus initiator; {c.samples_i2t} i2t + {c.samples_t2i} t2i "
-                   "segments)")
+    out.append("clock: " + clockfile.describe(asdict(c)))
     if c.note:
         out.append(f"clock: {c.note}")
     out += [f"note: {n}" for n in r.notes]
