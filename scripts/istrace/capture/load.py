@@ -10,7 +10,7 @@ run on a pcap that has none). Each table may be missing;
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,9 +100,9 @@ class Capture:
 
 
 def _read_csv(path: Path, columns: list[str] | None = None,
-              labels: list[str] | None = None) -> pd.DataFrame | None:
+              labels: Sequence[str] = ()) -> pd.DataFrame | None:
     try:
-        return read_table(path, columns, labels or ())
+        return read_table(path, columns, labels)
     except (OSError, ValueError) as exc:
         print(f"istrace: {path}: unreadable ({exc})", file=sys.stderr)
         return None
