@@ -152,3 +152,26 @@ def test_a_caller_that_fails_before_feeding_a_nested_call_does_not_hang(tmp_path
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, check=False)
     assert r.returncode == 3, r.stderr
+
+
+def test_a_result_is_handed_on_as_it_comes_while_the_caller_goes_on() -> None:
+    """The part handed on reaches its receiver while the caller is still busy (before the
+    join); a failure hands part(None) on, so the receiver is not left waiting, and is raised
+    by the join."""
+    given: list[object] = []
+    join = forked.hand_on(forked.start(lambda: ("trace", 42)), given.append,
+                          lambda r: None if r is None else r[1])
+    deadline = time.monotonic() + 20
+    while not given:  # the caller, busy: the part arrives without a join
+        assert time.monotonic() < deadline, "nothing handed on before the join"
+        time.sleep(0.01)
+    assert given == [42] and join() == ("trace", 42)
+
+    def fails() -> None:
+        raise ValueError("the tracer failed")
+    given.clear()
+    join = forked.hand_on(forked.start(fails), given.append, lambda r: "nothing" if r is None
+                          else r)
+    with pytest.raises(ValueError, match="the tracer failed"):
+        join()
+    assert given == ["nothing"]

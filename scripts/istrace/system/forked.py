@@ -139,3 +139,30 @@ def relay(get: Callable[[], Any], give: Callable[[Any], None], count: int) -> Ca
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t.join
+
+
+def hand_on(wait: Callable[[], T], give: Callable[[Any], None],
+            part: Callable[[T | None], Any]) -> Callable[[], T]:
+    """wait() for a process's result by a thread, giving part(result) on as soon as it comes
+    (part(None) if it failed: whoever waits on `give` is not left waiting), while the caller
+    goes on; the returned call joins the thread and returns the result, or raises what wait
+    raised."""
+    got: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            got["value"] = wait()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's join
+            got["error"] = exc
+        finally:
+            give(part(got.get("value")))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def join() -> T:
+        t.join()
+        if "error" in got:
+            raise got["error"]
+        return got["value"]  # type: ignore[no-any-return]
+    return join
+
