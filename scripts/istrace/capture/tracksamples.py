@@ -177,30 +177,27 @@ class FileSamples(Samples):
         return list(out.items())
 
     def chunks(self, columns: Sequence[str], **where: str | None) -> Iterator[pd.DataFrame]:
-        want = [i for i, (k, _) in enumerate(self.groups) if _matches(k, where)]
-        if not want:
-            return
-        pf = pq.ParquetFile(self.path)
-        try:
-            for i in want:
-                yield _frame(pf.read_row_group(i, columns=list(columns)))
-        finally:
-            pf.close()
-
+        for t in self._row_groups(columns, where):
+            yield _frame(t)
 
     def values(self, column: str, **where: str | None) -> Iterator[np.ndarray]:
         # Arrow's column straight to numpy (nulls as NaN), no table per chunk: the
         # diagnosis asks for a column at a time, over and over (a pandas table a row group
         # was most of the time it spent reading the samples)
+        for t in self._row_groups([column], where):
+            v = np.asarray(t.column(0).to_numpy(), np.float64)
+            yield v[~np.isnan(v)]
+
+    def _row_groups(self, columns: Sequence[str], where: dict[str, str | None]
+                    ) -> Iterator[pa.Table]:
+        """`columns` of each row group of the series `where` picks, in stored order."""
         want = [i for i, (k, _) in enumerate(self.groups) if _matches(k, where)]
         if not want:
             return
         pf = pq.ParquetFile(self.path)
         try:
             for i in want:
-                col = pf.read_row_group(i, columns=[column]).column(0)
-                v = np.asarray(col.to_numpy(), np.float64)
-                yield v[~np.isnan(v)]
+                yield pf.read_row_group(i, columns=list(columns))
         finally:
             pf.close()
 
