@@ -247,9 +247,14 @@ def test_one_loader_writes_each_end_as_two_would(tmp_path: Path) -> None:
             assert run.gen_rc == 0, run.gen_out
             got[n] = {h: _stream_kinds(out / f"events-{h}.jsonl")
                       for h in ("initiator", "target")}
+    # what only a loss makes (a retransmission, a congestion state) comes with a second's
+    # luck on the veth path, not with the loaders: a CI run saw 20 retransmissions at the
+    # target with two loaders and none with one
+    by_loss = {("tcp", "retransmit"), ("tcp", "cong_state")}
     for host, (kinds, hosts, _, socket_ns) in got[1].items():
         assert hosts == {host}
-        common = {k for k, c in got[2][host][0].items() if c >= 20}   # not the rare ones
+        common = {k for k, c in got[2][host][0].items()
+                  if c >= 20 and k not in by_loss}   # not the rare ones
         assert common and common <= set(kinds), (host, common - set(kinds))
         assert sum(kinds.values()) > 0.5 * sum(got[2][host][0].values())
         assert socket_ns == {netns[host]}, (host, socket_ns)   # this end's sockets only
