@@ -322,8 +322,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     except (MissingBinary, OSError) as exc:
         runs = {}
         problems = {h: f"istrace-decode {layout.pcap(d, h).name} failed: {exc}"
-                    for h in HOSTS if layout.pcap(d, h).is_file()
-                    and not (decoderun.decoded_dir(d, h) / layout.PDUS).is_file()}
+                    for h in decoderun.missing(d)}
     for run in runs.values():
         say(f"merge: decoding {run.pcap.name} into {run.out.relative_to(d)}/")
     try:

@@ -103,6 +103,12 @@ def decoded_dir(d: Path, host: str) -> Path:
                 layout.decoded_dir(d, host))
 
 
+def missing(d: Path) -> list[str]:
+    """The hosts whose pcap has no decoded PDUs yet."""
+    return [h for h in layout.HOSTS if layout.pcap(d, h).is_file()
+            and not (decoded_dir(d, h) / layout.PDUS).is_file()]
+
+
 def start_missing(d: Path, ports: Iterable[int]) -> dict[str, Decoding]:
     """A decoder started on each host's pcap that has no decoded PDUs yet, all at once (one
     process each: 3.8 + 7.7 s one after the other for the two pcaps of a 10 s full-rate
@@ -110,10 +116,8 @@ def start_missing(d: Path, ports: Iterable[int]) -> dict[str, Decoding]:
     remove_stale(d)
     runs: dict[str, Decoding] = {}
     try:
-        for h in layout.HOSTS:
-            out = decoded_dir(d, h)
-            if not (out / layout.PDUS).is_file() and layout.pcap(d, h).is_file():
-                runs[h] = Decoding(layout.pcap(d, h), out, ports)
+        for h in missing(d):
+            runs[h] = Decoding(layout.pcap(d, h), decoded_dir(d, h), ports)
     except BaseException:
         for r in runs.values():
             r.cancel()
