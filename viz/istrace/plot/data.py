@@ -261,17 +261,22 @@ def _spacings(segs: SegmentsLike, d: str) -> Iterator[np.ndarray]:
 def median_spacing(segs: SegmentsLike, d: str) -> float | None:
     """The exact median of the spacings (as np.median; None under two), in two passes of
     bounded memory: counts per microsecond-wide bin, then per nanosecond in the one or two
-    bins holding the middle ranks (spacings of a second or more counted one by one)."""
+    bins holding the middle ranks (spacings of a second or more counted one by one). The bins
+    are counted only as far as some spacing reaches: a full-rate capture's spacings are a few
+    microseconds, and a million bins counted for each slice were 25 MB and most of the time."""
     top = 1 << 20
-    coarse = np.zeros(top + 1, np.int64)
+    coarse = np.zeros(0, np.int64)
     for x in _spacings(segs, d):
-        coarse += np.bincount(np.minimum(x >> 10, top), minlength=top + 1)
+        here = np.bincount(np.minimum(x >> 10, top))
+        if len(here) > len(coarse):
+            coarse = np.concatenate([coarse, np.zeros(len(here) - len(coarse), np.int64)])
+        coarse[:len(here)] += here
     n = int(coarse.sum())
     if n < 2:
         return None
+    cum = np.cumsum(coarse)
     ranks = sorted({(n - 1) // 2, n // 2})
-    below = np.cumsum(coarse) - coarse  # spacings in the bins before each bin
-    bins = {int(np.searchsorted(np.cumsum(coarse), r, side="right")) for r in ranks}
+    bins = {int(np.searchsorted(cum, r, side="right")) for r in ranks}
     fine: dict[int, np.ndarray] = {b: np.zeros(1024, np.int64) for b in bins if b < top}
     wide: list[np.ndarray] = []
     for x in _spacings(segs, d):
@@ -284,8 +289,8 @@ def median_spacing(segs: SegmentsLike, d: str) -> float | None:
     big = np.sort(np.concatenate(wide)) if wide else np.zeros(0, np.int64)
 
     def value(r: int) -> int:
-        b = int(np.searchsorted(np.cumsum(coarse), r, side="right"))
-        k = r - int(below[b])
+        b = int(np.searchsorted(cum, r, side="right"))
+        k = r - int(cum[b] - coarse[b])  # less the spacings in the bins before b
         if b >= top:
             return int(big[k])
         return (b << 10) + int(np.searchsorted(np.cumsum(fine[b]), k, side="right"))
