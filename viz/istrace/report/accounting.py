@@ -448,11 +448,42 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
               cpu: dict[str, float], first_loss_ns: int | None,
               pdu_spans: tuple[np.ndarray, np.ndarray] | None,
               conn: str | None) -> None:
-    """Time per cause of one connection from the sender's bursts and gaps."""
+    """Time per cause of one connection from the sender's bursts and gaps. In parts, each
+    one's per-burst or per-gap arrays gone before the next makes its own: a minute's
+    190 000 gaps are 1.5 MB an array, and the parts held 37 MB at once."""
     d = acc.direction
-    bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
-    if bursts.empty:
+    loss = states[states["state"].astype(str).isin(LOSS_STATES)] if states is not None \
+        and not states.empty else None
+    cov = _coverage(loss)
+    ends = _account_sending(acc, data.data_bursts(segs, d, data.burst_gap_threshold(segs, d)),
+                            cmds, cov, capacity_bps, cpu)
+    if ends is None:
         return
+    ga, gb = _gaps(*ends)
+    del ends
+    if len(ga) == 0:
+        return
+    gap = (gb - ga).astype(np.float64)
+    g_loss = np.minimum(_covered(cov, ga.astype(float), gb.astype(float)), gap)
+    acc.add("tcp_loss_recovery", float(g_loss.sum()))
+    gap_left = gap - g_loss
+    del gap, g_loss
+    pending = _account_idle(acc, cmds, r2t_ts, sock, cpu, ga, gb, gap_left)
+    if pending.any():
+        pa, pb, left = ga[pending], gb[pending], gap_left[pending]
+        del ga, gb, gap_left, pending
+        _account_held_back(acc, segs, samples, states, sock, cpu, first_loss_ns, pdu_spans,
+                           conn, pa, pb, left)
+
+
+def _account_sending(acc: Accounting, bursts: pd.DataFrame, cmds: pd.DataFrame | None,
+                     cov: tuple[np.ndarray, np.ndarray], capacity_bps: float | None,
+                     cpu: dict[str, float]) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """The data phase's span and bytes, and its sending time by cause: at capacity,
+    CPU-bound, or not explained. (start of the data phase, each burst's start, its end with
+    its last segment's serialisation); None: no bursts."""
+    if bursts.empty:
+        return None
     per = bursts["bytes"].to_numpy(np.float64) / np.maximum(bursts["segments"].to_numpy(), 1)
     ser = per / capacity_bps * 1e9 if capacity_bps else np.zeros(len(bursts))
     bs = bursts["start_ns"].to_numpy(np.int64)
@@ -466,11 +497,6 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
     acc.span_ns += end - start
     acc.bytes += int(bursts["bytes"].sum())
 
-    loss = states[states["state"].astype(str).isin(LOSS_STATES)] if states is not None \
-        and not states.empty else None
-    cov = _coverage(loss)
-
-    # Sending: at capacity, CPU-bound, or not explained.
     busy = be - bs
     in_loss = np.minimum(_covered(cov, bs.astype(float), be.astype(float)), busy)
     acc.add("tcp_loss_recovery", float(in_loss.sum()))
@@ -488,19 +514,22 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
         acc.add(f"host_cpu_{host}", float(rest.sum()))
     else:
         acc.add("sending_unexplained", float(rest.sum()))
+    return start, bs, be
 
-    # Idle gaps: before the first burst (command in flight) and between bursts.
+
+def _gaps(start: int, bs: np.ndarray, be: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The idle gaps: before the first burst (command in flight) and between bursts."""
     ga = np.concatenate([[start], be[:-1]]).astype(np.int64)
     gb = bs.astype(np.int64)
     keep = gb > ga
-    ga, gb = ga[keep], gb[keep]
-    if len(ga) == 0:
-        return
-    gap = (gb - ga).astype(np.float64)
-    g_loss = np.minimum(_covered(cov, ga.astype(float), gb.astype(float)), gap)
-    acc.add("tcp_loss_recovery", float(g_loss.sum()))
-    gap_left = gap - g_loss
+    return ga[keep], gb[keep]
 
+
+def _account_idle(acc: Accounting, cmds: pd.DataFrame | None, r2t_ts: np.ndarray,
+                  sock: pd.DataFrame | None, cpu: dict[str, float], ga: np.ndarray,
+                  gb: np.ndarray, gap_left: np.ndarray) -> np.ndarray:
+    """The gaps with no data to send: R2T waits, target service, then the initiator's
+    missing concurrency. Returns which gaps had data pending (their cause is a window's)."""
     pending = np.zeros(len(ga), bool)
     service = np.zeros(len(ga))
     r2t = np.zeros(len(ga), bool)
@@ -524,7 +553,6 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
         k = _before(r2t_ts, gb)
         r2t = (k >= 0) & (r2t_ts[np.maximum(k, 0)] > ga)
         pending &= ~r2t  # a WRITE waiting for its R2T has no data it may send
-    # R2T waits, target service, then the initiator's missing concurrency.
     acc.add("iscsi_r2t", float(gap_left[r2t].sum()))
     free = ~pending & ~r2t
     srv_t = np.minimum(service, gap_left)
@@ -545,33 +573,41 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
     if cmds is None or cmds.empty:
         ini_cause = "idle_unexplained"
     acc.add(ini_cause, float((gap_left - srv_t)[free].sum()))
+    return pending
 
-    if pending.any():
-        mss = float(data.payload_totals(segs, d)["largest"].max())
-        pa, pb = ga[pending], gb[pending]
-        # the connection's samples of this direction (no connection named: all of them)
-        pick = (conn, d) if conn is not None else (None, None)
-        why = _window_cause(samples, pa, mss, *pick)
-        inside = _inside(pdu_spans, pa, pb)
-        # Inside one PDU the sender had written all of it (tgtd, istrace-gen and the kernel
-        # initiator hand a whole PDU to the socket): with neither window full the socket
-        # held it back, by its pacing rate or a full send buffer, not the application.
-        why[inside & (why == "tcp_sndbuf_or_app")] = "tcp_sndbuf_or_pacing"
-        saturated = cpu.get(host, 0.0) >= CPU_SATURATED
-        app = f"host_cpu_{host}" if saturated else (
-            "target_service" if host == "target" else "initiator_concurrency")
-        # With the sender's machine saturated, data held back by nothing but timing (pacing,
-        # the application) waited for a CPU; full windows stay what they are.
-        why = _chrono_cause(sock, pa, pb, why, app, inside,
-                            pace=f"host_cpu_{host}" if saturated else "tcp_cwnd")
-        if saturated:
-            why[np.isin(why, ["tcp_sndbuf_or_pacing", "tcp_sndbuf_or_app"])] = f"host_cpu_{host}"
-        if first_loss_ns is not None:
-            # A congestion window held small after a loss is the loss's doing (the window was
-            # cut), not slow start's; one at its ceiling (never cut: the loss undone, a
-            # clamp) is the window's own.
-            after = (ga[pending] >= first_loss_ns) & _below_ceiling(
-                samples, pa, acc.sender, _episode_starts(states, first_loss_ns), *pick)
-            why[after & np.isin(why, ["tcp_cwnd", "tcp_window"])] = "tcp_loss_recovery"
-        for cause in np.unique(why):
-            acc.add(str(cause), float(gap_left[pending][why == cause].sum()))
+
+def _account_held_back(acc: Accounting, segs: pd.DataFrame, samples: SamplesLike,
+                       states: pd.DataFrame, sock: pd.DataFrame | None, cpu: dict[str, float],
+                       first_loss_ns: int | None,
+                       pdu_spans: tuple[np.ndarray, np.ndarray] | None, conn: str | None,
+                       pa: np.ndarray, pb: np.ndarray, left: np.ndarray) -> None:
+    """The gaps [pa, pb) with data left to send (`left` of each not yet given a cause): the
+    window that held the data back."""
+    d, host = acc.direction, acc.sender
+    mss = float(data.payload_totals(segs, d)["largest"].max())
+    # the connection's samples of this direction (no connection named: all of them)
+    pick = (conn, d) if conn is not None else (None, None)
+    why = _window_cause(samples, pa, mss, *pick)
+    inside = _inside(pdu_spans, pa, pb)
+    # Inside one PDU the sender had written all of it (tgtd, istrace-gen and the kernel
+    # initiator hand a whole PDU to the socket): with neither window full the socket
+    # held it back, by its pacing rate or a full send buffer, not the application.
+    why[inside & (why == "tcp_sndbuf_or_app")] = "tcp_sndbuf_or_pacing"
+    saturated = cpu.get(host, 0.0) >= CPU_SATURATED
+    app = f"host_cpu_{host}" if saturated else (
+        "target_service" if host == "target" else "initiator_concurrency")
+    # With the sender's machine saturated, data held back by nothing but timing (pacing,
+    # the application) waited for a CPU; full windows stay what they are.
+    why = _chrono_cause(sock, pa, pb, why, app, inside,
+                        pace=f"host_cpu_{host}" if saturated else "tcp_cwnd")
+    if saturated:
+        why[np.isin(why, ["tcp_sndbuf_or_pacing", "tcp_sndbuf_or_app"])] = f"host_cpu_{host}"
+    if first_loss_ns is not None:
+        # A congestion window held small after a loss is the loss's doing (the window was
+        # cut), not slow start's; one at its ceiling (never cut: the loss undone, a
+        # clamp) is the window's own.
+        after = (pa >= first_loss_ns) & _below_ceiling(
+            samples, pa, acc.sender, _episode_starts(states, first_loss_ns), *pick)
+        why[after & np.isin(why, ["tcp_cwnd", "tcp_window"])] = "tcp_loss_recovery"
+    for cause in np.unique(why):
+        acc.add(str(cause), float(left[why == cause].sum()))
