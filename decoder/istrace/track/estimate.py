@@ -34,12 +34,15 @@ def rate_window(span_ns: int) -> int:
     return int(min(max(span_ns // 50, 1_000_000), 1_000_000_000))
 
 
-def trailing_rate(ts: np.ndarray, cum_bytes: np.ndarray, window_ns: int) -> np.ndarray:
-    """Bytes per second over the trailing window ending at each row (ts sorted), over at
-    least a quarter of the window (one early row is not a rate)."""
-    start = np.searchsorted(ts, ts - window_ns, side="left")
-    dt = np.maximum(ts - ts[start], window_ns // 4 or 1)
-    return (cum_bytes - cum_bytes[start]) * 1e9 / dt
+def trailing_rate(ts: np.ndarray, cum_bytes: np.ndarray, window_ns: int,
+                  first: int = 0) -> np.ndarray:
+    """Bytes per second over the trailing window ending at each row from `first` on (ts
+    sorted; the rows before it are the window's history), over at least a quarter of the
+    window (one early row is not a rate)."""
+    end_ts, end_cum = ts[first:], cum_bytes[first:]
+    start = np.searchsorted(ts, end_ts - window_ns, side="left")
+    dt = np.maximum(end_ts - ts[start], window_ns // 4 or 1)
+    return (end_cum - cum_bytes[start]) * 1e9 / dt
 
 
 @dataclass
@@ -422,7 +425,9 @@ class Direction:
             return np.full(len(ts), np.nan)
         all_ts = np.concatenate([c.hist_ts, ts])
         all_cum = np.concatenate([c.hist_cum, cum])
-        rate = trailing_rate(all_ts, all_cum, w)[len(c.hist_ts):]
+        # the rates of this slice's rows only: the history's were the slice before's (a
+        # second of a full-rate capture's ACKs, worked out again for every slice)
+        rate = trailing_rate(all_ts, all_cum, w, len(c.hist_ts))
         if len(all_ts):
             keep = int(np.searchsorted(all_ts, all_ts[-1] - w, side="left"))
             c.hist_ts, c.hist_cum = all_ts[keep:].copy(), all_cum[keep:].copy()
