@@ -686,17 +686,7 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
                 "label": _cat_from(ec, eu)}))
     if not frames:
         return pd.DataFrame(columns=SPAN_COLUMNS)
-    # the labels as categoricals with the same categories in every part, so that the join
-    # keeps them so: a minute's 160 000 spans as text were 40 MB, held by the report and both
-    # of its children (sorted categories: ordered as the text would be)
-    for c in ("row", "host", "layer", "label"):
-        cats = sorted({str(v) for f in frames for v in pd.unique(f[c].dropna())})
-        for f in frames:
-            col = f[c]
-            f[c] = (col.cat.remove_unused_categories().cat.set_categories(cats)
-                    if isinstance(col.dtype, pd.CategoricalDtype)
-                    else pd.Categorical(col, categories=cats))
-    out = pd.concat(frames, ignore_index=True)
+    out = concat_spans(frames)
     out = out.dropna(subset=["start_ns"])
     out["end_ns"] = out["end_ns"].fillna(out["start_ns"])
     known = [r[2] for r in TIMELINE_ROWS]
@@ -707,6 +697,22 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
         out[c] = out[c].cat.remove_unused_categories()
     order = np.argsort(out["start_ns"].to_numpy(), kind="stable")
     return out.take(order).reset_index(drop=True)[SPAN_COLUMNS]
+
+
+def concat_spans(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Span tables as one, the label columns categorical with the same categories in every
+    part, so that the join keeps them so: a minute's 160 000 spans as text were 40 MB, held
+    by the report and both of its children (sorted categories: ordered as the text would
+    be). Parts given as text or categoricals alike."""
+    labelled = [f.copy(deep=False) for f in frames]  # the callers' tables left as they are
+    for c in ("row", "host", "layer", "label"):
+        cats = sorted({str(v) for f in labelled for v in pd.unique(f[c].dropna())})
+        for f in labelled:
+            col = f[c]
+            f[c] = (col.cat.remove_unused_categories().cat.set_categories(cats)
+                    if isinstance(col.dtype, pd.CategoricalDtype)
+                    else pd.Categorical(col, categories=cats))
+    return pd.concat(labelled, ignore_index=True)
 
 
 def segment_spans(pdus: pd.DataFrame | None, segs: SegmentsLike | None, row: str,

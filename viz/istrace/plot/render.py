@@ -198,12 +198,8 @@ def timeline_spans(cap: Capture) -> pd.DataFrame:
         wire = wire.assign(row="wire", host="wire", layer="net", label="data on the wire")
         have_tcp_probe = spans["row"].isin(["initiator TCP", "target TCP"]).any()
         extra = [wire[data.SPAN_COLUMNS]] + ([] if have_tcp_probe else seg_rows)
-        spans = pd.concat([spans[spans["row"] != "wire"]] + extra, ignore_index=True)
+        spans = data.concat_spans([spans[spans["row"] != "wire"]] + extra)
         spans = spans.sort_values("start_ns", kind="stable").reset_index(drop=True)
-        # the labels categorical again, as data.timeline_spans gives them (the join with the
-        # wire's text made them text: 5 of a minute's 7 MB of spans, held by the tracer)
-        for c in ("row", "host", "layer", "label"):
-            spans[c] = spans[c].astype("category")
     return spans
 
 
