@@ -9,7 +9,8 @@ import time
 
 import numpy as np
 import pytest
-from istrace.capture.decoded import load_segments
+from istrace.capture import layout
+from istrace.capture.decoded import load_pdus, load_segments
 from istrace.plot import data, render
 from istrace.plot.seqgraph import seq_graph
 from istrace.report import diagnosis, html
@@ -196,7 +197,8 @@ def test_every_pdu_matches_tshark(real):
     the workload's."""
     out, _ = real
     cap = load_tracked(out)
-    pdus, cmds = cap.pdus["initiator"], cap.commands["initiator"]
+    # the decoder's whole table (the report holds only the columns its analyses read)
+    pdus, cmds = load_pdus(layout.decoded_dir(out, "initiator")), cap.commands["initiator"]
     ops = _tshark(out / "initiator.pcap", "-Y", "iscsi", "-T", "fields", "-e", "iscsi.opcode")
     flat = [int(o, 16) for line in ops for o in line.split(",")]
     assert len(pdus) == len(flat)

@@ -24,15 +24,15 @@ from istrace.capture.decoderun import DecodeError, run
 from istrace.system import paths
 
 PDU_FILE = "pdus.csv"
-# What istrace's analyses read of a PDU (the merge's rows and command ties, the tracker, the
-# verdict's data phases, the ladder, the spans and the trace): a pdus.csv row has 45 columns,
-# most of them empty for most opcodes, and a minute's capture has 65 000 PDUs a host (2
-# million with 8 KiB Data-In PDUs). The others (the sequence numbers of every kind, sense
-# data, digests, text keys) are for people reading pdus.csv.
-ANALYSED_PDU_COLUMNS = ["pdu", "ts_ns", "conn", "dir", "tcp_seq", "opcode", "opcode_name",
-                        "flags", "ahs_len", "dsl", "itt", "desired_len", "edtl", "cdb_name",
-                        "lba", "xfer_blocks", "xfer_bytes", "status", "cmd", "resp_time_us",
-                        "note"]
+# What the report's analyses read of a PDU (the tracker's command lookup, the verdict's data
+# phases and R2Ts, the ladder, the spans and the trace): a pdus.csv row has 45 columns, most
+# of them empty for most opcodes, and a minute's capture has 26 000 PDUs a host (2 million
+# with 8 KiB Data-In PDUs), held by each of the report's four processes. The others (the
+# sequence numbers of every kind, sense data, digests, text keys; the task tags, flags and
+# per-command numbers the merge writes into merged.parquet, reading pdus.csv itself) are for
+# people and queries reading pdus.csv and merged.parquet.
+ANALYSED_PDU_COLUMNS = ["pdu", "ts_ns", "conn", "dir", "tcp_seq", "opcode_name", "ahs_len", "dsl",
+                        "desired_len", "edtl", "cdb_name", "xfer_bytes", "cmd"]
 COMMAND_FILE = "commands.csv"
 CONNECTION_FILE = "connections.csv"
 SEGMENT_FILE = "segments.bin"

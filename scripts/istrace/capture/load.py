@@ -92,6 +92,14 @@ class Capture:
     def main_pdus(self) -> pd.DataFrame | None:
         return self.pdus.get("initiator", self.pdus.get("target"))
 
+    def release_events(self) -> None:
+        """Let go of the probe events held, in a process that reads none of them (the report's
+        drawing and tracing processes, forked holding them: 7 MB of a minute's capture
+        each); all_events() still reads every one from the streams."""
+        if self.events is not None:
+            self.events = None
+            self.events_complete = False
+
     def all_events(self) -> pd.DataFrame | None:
         """Every probe event, the socket I/O system calls too: `events` when it holds them
         all, else read from the event streams now (for the timeline and trace of a capture
@@ -110,7 +118,7 @@ def _read_csv(path: Path, columns: list[str] | None = None,
 
 # the PDU table's text columns that name one of a few values: held as categoricals (a
 # minute's 65 000 PDUs a host held 6 MB of repeated text, in each of the report's processes)
-PDU_LABELS = ["conn", "dir", "opcode_name", "flags", "cdb_name", "note"]
+PDU_LABELS = ["conn", "dir", "opcode_name", "cdb_name"]
 
 
 def _try_decode(pcap: Path, out: Path, ports: tuple[int, ...]) -> str | None:

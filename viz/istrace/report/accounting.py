@@ -250,13 +250,21 @@ def asof(series: Series, at: np.ndarray) -> tuple[np.ndarray, int]:
     return out, rows
 
 
+def _one_cause(n: int, cause: str) -> np.ndarray:
+    """`cause` for each of n pieces, as an object array whose rows all hold the one string:
+    np.full made a copy of it per row (a minute's 93 000 gaps: 5 MB of one word)."""
+    out = np.empty(n, dtype=object)
+    out[:] = cause
+    return out
+
+
 def _window_cause(samples: SamplesLike, at: np.ndarray, mss: float, conn: str | None = None,
                   d: str | None = None) -> np.ndarray:
     """For each time in `at`: which window held in-flight data back, over the samples of
     connection `conn` and direction `d` (None: all). Bytes in flight and the receive window
     from the pcap (every segment), the congestion window from probe events (change-only: a
     steady cwnd has few samples, so in-flight is not read from them)."""
-    cause = np.full(len(at), "tcp_window", dtype=object)
+    cause = _one_cause(len(at), "tcp_window")
     s = as_samples(samples)
     where: dict[str, str | None] = {"conn": conn, "dir": d}
     if not s.rows(**where):
@@ -560,8 +568,8 @@ def _account_idle(acc: Accounting, cmds: pd.DataFrame | None, r2t_ts: np.ndarray
         else "target_service"
     # A command at the target whose data could not start because the socket's send buffer or
     # the receive window was full is a TCP limit, not the target's slowness (kernel clocks).
-    srv_why = _chrono_cause(sock, ga[free], gb[free], np.full(int(free.sum()), srv_cause,
-                                                              dtype=object), srv_cause)
+    srv_why = _chrono_cause(sock, ga[free], gb[free], _one_cause(int(free.sum()), srv_cause),
+                            srv_cause)
     srv_why[~np.isin(srv_why, ["tcp_sndbuf", "tcp_rwnd"])] = srv_cause
     for cause in np.unique(srv_why):
         acc.add(str(cause), float(srv_t[free][srv_why == cause].sum()))

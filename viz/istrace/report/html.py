@@ -122,6 +122,7 @@ def report(d: Path, out: Path | None = None,
         return made
 
     def plotter(get: Callable[[], Any]) -> dict[str, list[Path]]:
+        cap.release_events()  # no plot reads them: the tracker's are in its result
         importlib.import_module("istrace.plot.plots")  # matplotlib, before the fork
         feed_rest, rest = forked.start_fed(plot_rest)
         made = make_plots(cap, d / layout.PLOTS, first, formats=("png",))
@@ -141,6 +142,7 @@ def report(d: Path, out: Path | None = None,
     # The instants first: made after the spans, their making (a bounded million rows, 40 MB
     # at its peak) came on top of the spans held, whose making then peaks alone.
     def tracer() -> tuple[int, pd.DataFrame, tuple[int, int] | None]:
+        cap.release_events()  # the trace's are merged.parquet's (or all_events(), read anew)
         instants = perfetto.merged_instants(cap)
         freed.give_back()
         spans = timeline_spans(cap)
