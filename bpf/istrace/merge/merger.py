@@ -348,13 +348,13 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
             seg_bins[h] = segments_file(p, seg_dirs[h])
         except (DecodeError, MissingBinary, OSError) as exc:
             notes.append(f"TCP segments of {p.name} not available: {exc}")
-    k = segment_pass.buckets(*seg_bins.values())
+    bound = segment_pass.sample_bound(*seg_bins.values())
     # Each host's walk over its segments in a process of its own: both at once on a second
     # CPU (forked.start), the merger's longest steps.
     say("merge: the clock's segments of " + " and ".join(seg_bins)
-        + (f" (1 key in {k})" if k > 1 else ""))
+        + (f" ({bound / 2 ** 64:.0%} of the keys)" if bound is not None else ""))
     walks = {h: forked.start(lambda h=h: segment_pass.first_copies(
-        segment_pass.clock_sample(seg_bins[h], ports, k))) for h in seg_bins}
+        segment_pass.clock_sample(seg_bins[h], ports, bound))) for h in seg_bins}
     # the probe events read here meanwhile (tens of MB of JSON at full rate), a block at a
     # time into the merge's scratch files: the clock must be known before they are placed
     _remove_stale_scratch(d)

@@ -2,10 +2,11 @@
 holds in memory does not grow with the capture (docs/schema.md §6b):
 
 1. `clock_sample`: the key and time of the segments the clock estimate matches. Below
-   CLOCK_KEYS segments a host, all of them; above, the segments whose key hash falls in
-   one of k buckets, the same buckets at both ends. Every copy of a chosen key is kept, so
-   the first copy of each is exact, and a bound from fewer pairs is still a bound (only
-   looser, by the spread of the fastest one-way delays: 1 us on a 10 s full-rate capture).
+   CLOCK_KEYS segments a host, all of them; above, the segments whose key hash is below a
+   bound (the same keys at both ends) that leaves about CLOCK_KEYS of them. Every copy of a
+   chosen key is kept, so the first copy of each is exact, and a bound from fewer pairs is
+   still a bound (only looser, by the spread of the fastest one-way delays: 1 us on a 10 s
+   full-rate capture).
 2. `tie_segments`: each slice's iSCSI segments moved onto the initiator's clock, the data
    ones tied to their command by TCP sequence, written as a row group of the host's table.
 """
@@ -25,9 +26,12 @@ from istrace.capture.segsource import FileSegments
 from istrace.capture.segtable import SegmentTableWriter
 from pandas.api.types import union_categoricals
 
-# the clock's sample: at most about this many segments a host (the demo's 390 000 all of them;
-# a bound from fewer pairs is as valid: 1 us looser at worst on a 10 s full-rate capture)
-CLOCK_KEYS = 500_000
+# the clock's sample: about this many segments a host, whatever the capture's length (a
+# demo's few hundred thousand: all or most of them; a bound from fewer pairs is as valid, 1 us
+# looser at worst on a 10 s full-rate capture). One key in k buckets, k rounded up, made it
+# swing between half and all of a cap with the length (370 000 at 10 s, 460 000 at 60 s), and
+# the merge's peak, which the sample and its matching are, with it.
+CLOCK_KEYS = 400_000
 # segments a slice: ~71 bytes each in the file, a few times that while a slice is worked on
 SLICE_ROWS = 1 << 18
 KEY = ["conn", "dir", "seq", "ack", "len", "flags", "win"]
@@ -56,19 +60,25 @@ def key_hash(segs: pd.DataFrame) -> np.ndarray:
 
 def first_copies(seg: pd.DataFrame) -> pd.DataFrame:
     """The first copy of each segment (by KEY) in time order, with `_h`, its key_hash: one
-    integer column to match on instead of seven (millions of segments a capture)."""
+    integer column to match on instead of seven (millions of segments a capture). Numbered
+    from 0 (the rows' old numbers were an eighth of the table, sent to the merger)."""
     s = seg[KEY + ["ts_ns"]]
     s = s.iloc[np.argsort(s["ts_ns"].to_numpy(np.int64), kind="stable")]
     h = key_hash(s)
     _, first = np.unique(h, return_index=True)  # each hash's first row, in time order
     first.sort()
-    return s.iloc[first].assign(_h=h[first])
+    return s.iloc[first].assign(_h=h[first]).reset_index(drop=True)
 
 
-def buckets(*bins: Path) -> int:
-    """How many hash buckets make the clock's sample at most about CLOCK_KEYS a host."""
-    most = max((segment_count(b) for b in bins if b.is_file()), default=0)
-    return max(1, -(-most // CLOCK_KEYS))
+def sample_bound(*bins: Path) -> int | None:
+    """The key hash below which a segment is in the clock's sample (None: all of them), for
+    the hosts' segments.bin files: bound_for the larger one."""
+    return bound_for(max((segment_count(b) for b in bins if b.is_file()), default=0))
+
+
+def bound_for(segments: int) -> int | None:
+    """The key hash below which about CLOCK_KEYS of `segments` fall (None: all of them)."""
+    return None if segments <= CLOCK_KEYS else (CLOCK_KEYS << 64) // segments
 
 
 def _iscsi_slices(seg_bin: Path, ports: tuple[int, ...]) -> Iterator[pd.DataFrame]:
@@ -86,13 +96,13 @@ def _iscsi_slices(seg_bin: Path, ports: tuple[int, ...]) -> Iterator[pd.DataFram
         yield s
 
 
-def clock_sample(seg_bin: Path, ports: tuple[int, ...], k: int) -> pd.DataFrame:
-    """The segments (KEY + ts_ns) of one host the clock estimate matches: all when k == 1,
-    else those whose key hash is 0 modulo k."""
+def clock_sample(seg_bin: Path, ports: tuple[int, ...], bound: int | None) -> pd.DataFrame:
+    """The segments (KEY + ts_ns) of one host the clock estimate matches: all without a
+    `bound` (sample_bound), else those whose key hash is below it."""
     parts = []
     for s in _iscsi_slices(seg_bin, ports):
-        if k > 1:
-            s = s[key_hash(s) % np.uint64(k) == 0]
+        if bound is not None:
+            s = s[key_hash(s) < np.uint64(bound)]
         parts.append(s[KEY + ["ts_ns"]])
     if not parts:
         return pd.DataFrame(columns=KEY + ["ts_ns"])
