@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from istrace.capture import events
 from istrace.capture.events import load_events, read_events_table
@@ -164,3 +165,41 @@ def test_a_long_csv_stream_is_not_held_whole_while_it_is_read(tmp_path: Path) ->
         assert int(out[0]) == n
         most[n] = int(out[1])
     assert most[300_000] < 1.2 * most[100_000], most
+
+
+def test_the_merged_events_are_the_streams(tmp_path: Path) -> None:
+    """A merged capture's analysed events come from merged.parquet (the streams' JSON is the
+    merge's to parse): the same table, row for row and type for type, as the streams give,
+    with equal times across hosts, lines out of time order in a stream, and names first seen
+    in another order at each end."""
+    from istrace.capture import layout
+    from istrace.capture.load import load_capture
+    from istrace.merge.merger import merge_dir
+
+    def ev(ts: int, host: str, layer: str, event: str, **extra: object) -> str:
+        return json.dumps({"ts_ns": ts, "host": host, "layer": layer, "event": event,
+                           "pid": 7, "source": "probe", **extra}) + "\n"
+
+    ini = [ev(30, "initiator", "scsi", "cmd_issue", itt=5, lba=8),
+           ev(10, "initiator", "tcp", "tcp_probe", conn="c1", cwnd=10, seq=100, ack=50,
+              cookie=4097),
+           ev(20, "initiator", "syscall", "pread64_exit", bytes=4096),
+           ev(20, "initiator", "syscall", "recvfrom_exit", bytes=100),
+           ev(40, "initiator", "scsi", "cmd_done", itt=5, lat_ns=9000)]
+    tgt = [ev(20, "target", "tcp", "cong_state", conn="c1", ca_state="Recovery"),
+           ev(10, "target", "scsi", "tgt_cmd_queue", itt=5),
+           ev(20, "target", "scsi", "tgt_io_done", itt=5),
+           ev(50, "target", "syscall", "write_exit", bytes=4096)]
+    (tmp_path / "events-initiator.jsonl").write_text("".join(ini))
+    (tmp_path / "events-target.jsonl").write_text("".join(tgt))
+    streams = load_events(tmp_path, only_analysed=True)
+    merge_dir(tmp_path, offset_override=15, log=lambda _m: None)  # the target's rows first
+    assert (tmp_path / layout.MERGED).is_file()
+    (tmp_path / "events-initiator.jsonl").write_text("")  # read from merged.parquet, or nothing
+    (tmp_path / "events-target.jsonl").write_text("")
+    cap = load_capture(tmp_path, decode=False)
+    assert streams is not None and cap.events is not None
+    assert cap.events["event"].astype(str).tolist() == [
+        "tcp_probe", "tgt_cmd_queue", "pread64_exit", "cong_state", "tgt_io_done", "cmd_issue",
+        "cmd_done"]
+    pd.testing.assert_frame_equal(cap.events, streams)

@@ -234,8 +234,11 @@ def _pdu_rows(pdus: pd.DataFrame, host: str) -> pa.Table:
 
 
 def _conform(t: pa.Table) -> pa.Table:
-    """An event table's MERGED_SCHEMA columns, typed as there."""
-    return _rows(t.num_rows, {c: t[c] for c in t.column_names})
+    """An event table's MERGED_SCHEMA columns, typed as there; `source` probe (docs/schema.md
+    §6: the probe writes it, a stream written by hand may not)."""
+    cols = {c: t[c] for c in t.column_names}
+    cols["source"] = pc.fill_null(cols["source"], "probe") if "source" in cols else "probe"
+    return _rows(t.num_rows, cols)
 
 
 def _with_clock(t: pa.Table, off: int) -> pa.Table:

@@ -47,11 +47,33 @@ def analysed(table: pa.Table) -> pa.Table:
     workload's receives, tgtd's writes, one per few packets): two events in three of a
     full-rate capture, which only the timeline and the trace draw, reading them from
     merged.parquet."""
+    return table.filter(analysed_rows(table))
+
+
+def analysed_rows(table: pa.Table) -> pa.ChunkedArray:
+    """Which rows of a table of events analysed() keeps."""
     syscall = pc.fill_null(pc.equal(table["layer"], "syscall"), False)
     read = pc.and_(pc.fill_null(pc.equal(table["host"], "initiator"), False),
                    pc.fill_null(pc.match_substring_regex(table["event"], APP_READ_EVENTS),
                                 False))
-    return table.filter(pc.or_(pc.invert(syscall), read))
+    return pc.or_(pc.invert(syscall), read)
+
+
+def host_order(host: str) -> tuple[bool, str]:
+    """The order of the hosts' events among equal times: the initiator's, the target's, then
+    any other's by name (load_events joins the streams in it)."""
+    return host not in HOSTS, host
+
+
+def with_sorted_labels(frame: pd.DataFrame) -> pd.DataFrame:
+    """The events' label columns with their categories in text order: the same table whether
+    it was read from the streams or from merged.parquet (whose rows come in another order),
+    and whatever order the names first appeared in."""
+    for c in frame.columns:
+        col = frame[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            frame[c] = col.cat.reorder_categories(sorted(col.cat.categories, key=str))
+    return frame
 
 
 def events_file(d: Path, host: str) -> Path:
@@ -193,19 +215,24 @@ def load_events(d: Path, only_analysed: bool = False) -> pd.DataFrame | None:
     are none), or with `only_analysed` those analysed() keeps; integers with gaps are floats
     (NaN), as analysis code expects."""
     tables = []
-    hosts = {layout.events_host(f) for f in layout.events_files(d)}
-    for host in sorted(hosts, key=lambda h: (h not in HOSTS, h)):
+    for host in event_hosts(d):
         for table in EventStream(events_file(d, host)):
             tables.append(_kept(table, host, only_analysed))
     if not tables:
         return None
-    # joined and put in time order as Arrow tables, then converted a column at a time: one
-    # copy of the events besides the table (pandas' concat and sort made two more: on the
-    # 60 s capture, the report's peak was there)
+    # joined and put in time order as Arrow tables (a stable sort: equal times in host_order,
+    # each host's in stream order), then converted a column at a time: one copy of the events
+    # besides the table (pandas' concat and sort made two more: on the 60 s capture, the
+    # report's peak was there)
     table = pa.concat_tables(tables, promote_options="permissive")
     del tables
     table = table.take(pc.sort_indices(table, [("ts_ns", "ascending")]))
-    return table.to_pandas(split_blocks=True, self_destruct=True)
+    return with_sorted_labels(table.to_pandas(split_blocks=True, self_destruct=True))
+
+
+def event_hosts(d: Path) -> list[str]:
+    """The hosts with an event stream in `d`, in host_order."""
+    return sorted({layout.events_host(f) for f in layout.events_files(d)}, key=host_order)
 
 
 def _kept(table: pa.Table, host: str, only_analysed: bool) -> pa.Table:
