@@ -170,15 +170,16 @@ def test_a_long_csv_stream_is_not_held_whole_while_it_is_read(tmp_path: Path) ->
 def test_the_merged_events_are_the_streams(tmp_path: Path) -> None:
     """A merged capture's analysed events come from merged.parquet (the streams' JSON is the
     merge's to parse): the same table, row for row and type for type, as the streams give,
-    with equal times across hosts, lines out of time order in a stream, and names first seen
-    in another order at each end."""
+    with equal times across hosts, lines out of time order in a stream, a line that names no
+    host, and names first seen in another order at each end."""
     from istrace.capture import layout
     from istrace.capture.load import load_capture
     from istrace.merge.merger import merge_dir
 
-    def ev(ts: int, host: str, layer: str, event: str, **extra: object) -> str:
-        return json.dumps({"ts_ns": ts, "host": host, "layer": layer, "event": event,
-                           "pid": 7, "source": "probe", **extra}) + "\n"
+    def ev(ts: int, host: str | None, layer: str, event: str, **extra: object) -> str:
+        row = {"ts_ns": ts, "host": host, "layer": layer, "event": event, "pid": 7,
+               "source": "probe", **extra}
+        return json.dumps({k: v for k, v in row.items() if v is not None}) + "\n"
 
     ini = [ev(30, "initiator", "scsi", "cmd_issue", itt=5, lba=8),
            ev(10, "initiator", "tcp", "tcp_probe", conn="c1", cwnd=10, seq=100, ack=50,
@@ -188,7 +189,7 @@ def test_the_merged_events_are_the_streams(tmp_path: Path) -> None:
            ev(40, "initiator", "scsi", "cmd_done", itt=5, lat_ns=9000)]
     tgt = [ev(20, "target", "tcp", "cong_state", conn="c1", ca_state="Recovery"),
            ev(10, "target", "scsi", "tgt_cmd_queue", itt=5),
-           ev(20, "target", "scsi", "tgt_io_done", itt=5),
+           ev(20, None, "scsi", "tgt_io_done", itt=5),  # the stream's host: the file's
            ev(50, "target", "syscall", "write_exit", bytes=4096)]
     (tmp_path / "events-initiator.jsonl").write_text("".join(ini))
     (tmp_path / "events-target.jsonl").write_text("".join(tgt))

@@ -233,11 +233,13 @@ def _pdu_rows(pdus: pd.DataFrame, host: str) -> pa.Table:
     })
 
 
-def _conform(t: pa.Table) -> pa.Table:
-    """An event table's MERGED_SCHEMA columns, typed as there; `source` probe (docs/schema.md
-    §6: the probe writes it, a stream written by hand may not)."""
+def _conform(t: pa.Table, host: str) -> pa.Table:
+    """A block of `host`'s event stream as MERGED_SCHEMA columns, typed as there; `host` and
+    `source` (probe) filled in where a row has none (docs/schema.md §6: the probe writes both,
+    a stream written by hand may not; load_events fills the host in the same way)."""
     cols = {c: t[c] for c in t.column_names}
-    cols["source"] = pc.fill_null(cols["source"], "probe") if "source" in cols else "probe"
+    for name, value in (("host", host), ("source", "probe")):
+        cols[name] = pc.fill_null(cols[name], value) if name in cols else value
     return _rows(t.num_rows, cols)
 
 
@@ -415,7 +417,7 @@ def _stage_events(d: Path, scratch: Path, say: Any
         writer = None
         try:
             for block in stream:
-                rows = _conform(block)
+                rows = _conform(block, h)
                 if writer is None:
                     writer = pa.ipc.new_file(out, rows.schema, options=SCRATCH_FORMAT)
                 writer.write_table(rows)
