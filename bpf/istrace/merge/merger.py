@@ -70,9 +70,11 @@ _STR_COLS = [c for c in MERGED_COLUMNS if c in STR_COLUMNS] + ["dir", "cdb_name"
 MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int64())
                            for c in MERGED_COLUMNS])
 # Rows placed, tied and sorted a block at a time, whatever the capture's length (a minute's is
-# 460 000 rows); merged.parquet's row groups. At 128 Ki rows a group, the writer's buffers
-# raised the merge's peak by 70 MB on a minute's capture.
-BLOCK_ROWS = 1 << 15
+# 190 000 rows): at 32 Ki rows a block (and a sort run, extsort) raised the merge's peak by
+# 18 MB on a minute's capture, whose blocks fill, over a 10 s one's, whose do not.
+# merged.parquet's row groups: at 128 Ki rows a group, the writer's buffers raised the
+# merge's peak by 70 MB on a minute's capture.
+BLOCK_ROWS = 1 << 14
 SORTED_ROWS = 1 << 15
 
 class MergeError(RuntimeError):
@@ -272,7 +274,7 @@ def _write_sorted(batches: Iterator[pa.Table], parquet: Path, csv: Path | None) 
                 (pacsv.CSVWriter(tmp[1], MERGED_SCHEMA) if csv else nullcontext()) as cw:
             empty = True
             for part in batches:
-                part = part.combine_chunks()
+                # as the sort hands it over, in chunks: combined, each row group was held twice
                 pw.write_table(part, row_group_size=SORTED_ROWS)
                 if cw is not None:
                     cw.write_table(part)
@@ -319,7 +321,6 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     ports = capture_ports(d, ports)
     # The decoder first: its segments.bin (beside the PDUs) is the segment table. Runs the
     # caller started (`decoding`) are taken over; the others are started here.
-    decoded: dict[str, Decoded] = {}
     seg_dirs: dict[str, Path] = {}
     problems: dict[str, str | None] = {}
     try:
@@ -339,7 +340,6 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         dd = decoderun.decoded_dir(d, h)
         if problems.get(h):
             notes.append(f"PDUs of {h} not available: {problems[h]}")
-        decoded[h] = load_decoded(dd)
         seg_dirs[h] = dd if (dd / layout.SEGMENTS).is_file() else layout.decoded_dir(d, h)
     seg_bins: dict[str, Path] = {}
     for h in HOSTS:
@@ -375,6 +375,9 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         else:
             clock = offset_of_first_copies(sample["initiator"], sample["target"])
         del sample
+        # the PDUs' tie columns and the commands, read once the clock's matching (the merge's
+        # peak) is done with its sample
+        decoded = {h: load_decoded(decoderun.decoded_dir(d, h)) for h in HOSTS}
         if clock.offset_ns is None:
             notes.append("clock offset unknown (no segment seen at both ends): target times "
                          "are NOT moved; ts_ns_merged = ts_ns for both hosts")
@@ -442,13 +445,12 @@ def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
     """merged.parquet (and merged.csv), each host's segments table and commands; (rows of
     merged.parquet, rows per host and layer)."""
     ini = decoded["initiator"]
-    ini_pdus = ini.ties
-    have_cmds = ini_pdus is not None and "cmd" in ini_pdus and ini.commands is not None
+    have_cmds = ini.ties is not None and "cmd" in ini.ties and ini.commands is not None
     # each host's segments tied to their commands (its own table), beside the events' join
     for h in seg_bins:
         say(f"merge: {h}'s segments on the common clock, tied to their commands")
     segs = {h: forked.start(lambda h=h: segment_pass.tie_segments(
-        d, seg_bins[h], h, ports, off, ini_pdus if have_cmds else None, say, publish=False))
+        d, seg_bins[h], h, ports, off, ini.ties if have_cmds else None, say, publish=False))
         for h in seg_bins}
     try:
         n_rows, counts = _write_merged(d, staged, decoded, have_cmds, slack, off, write_csv,
@@ -534,6 +536,12 @@ def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
             # a minute's join grew this process by 90 MB of freed blocks (the rows kept are in
             # the sort's run files)
             freed.give_back()
+        # the PDUs' tie columns served the join only (the segment writers forked with their
+        # own): let go before the sort, whose run readers and row groups come on top
+        tie = None
+        for h in HOSTS:
+            decoded[h].ties = None
+        freed.give_back()
         n_rows = rows.rows
         say("merge: sorting and writing")
         csv = d / layout.MERGED_CSV
