@@ -3,14 +3,16 @@ ends) checked against known truth: the workload's own numbers and tshark's disse
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 
 import numpy as np
 import pytest
-from istrace.capture import layout
+from istrace.capture import decoderun, layout
 from istrace.capture.decoded import load_pdus, load_segments
+from istrace.capture.load import load_capture
 from istrace.plot import data, render
 from istrace.plot.seqgraph import seq_graph
 from istrace.report import diagnosis, html
@@ -18,6 +20,7 @@ from istrace.system.paths import binary
 from istrace.testbed import namespaces as testbed
 from istrace.track.of_capture import load_tracked
 from segcheck import assert_same_as_tshark
+from test_stale_tables import later
 
 N_CMDS, SIZE = 6, 1 << 20
 # Big buffer (the default drops), and every packet handed over at once: without immediate mode
@@ -261,3 +264,20 @@ def test_pcapng_reads_the_same(real, tmp_path):
     assert len(a) == len(b) > 100
     assert a.equals(b)
     assert_same_as_tshark(b, ng)
+
+
+def test_a_pcap_written_again_is_decoded_again(real, tmp_path):
+    out, _ = real
+    for h in layout.HOSTS:
+        shutil.copy(out / f"{h}.pcap", tmp_path)
+    first = load_capture(tmp_path)  # decoded into istrace's own folder
+    want, other = first.pdus["target"], first.pdus["initiator"]
+    # that folder's tables made from another pcap (the initiator's), before the target's
+    # pcap was written again: they are not the new pcap's
+    stale = layout.decoded_dir(tmp_path, "target") / layout.PDUS
+    shutil.copy(layout.decoded_dir(tmp_path, "initiator") / layout.PDUS, stale)
+    later(layout.pcap(tmp_path, "target"))
+    assert decoderun.missing(tmp_path) == ["target"]
+    got = load_capture(tmp_path).pdus["target"]
+    assert decoderun.missing(tmp_path) == []
+    assert got.equals(want) and not got.equals(other)

@@ -95,7 +95,8 @@ def main() -> int:
     if a.report_only:
         return report_only(d)
     if a.capture:
-        subprocess.run(["istrace", "capture", "--lun-mb", "512", "--out", str(d), "--workload",
+        subprocess.run(["istrace", "capture", "--lun-mb", "512", "--out", str(d), "--replace",
+                        "--workload",
                         f"gen --size 4M --queue-depth 8 --time {a.capture:g}"], check=True)
     pcaps = [p for p in (d / "initiator.pcap", d / "target.pcap") if p.is_file()]
     if not pcaps:

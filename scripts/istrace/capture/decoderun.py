@@ -104,9 +104,15 @@ def decoded_dir(d: Path, host: str) -> Path:
 
 
 def missing(d: Path) -> list[str]:
-    """The hosts whose pcap has no decoded PDUs yet."""
-    return [h for h in layout.HOSTS if layout.pcap(d, h).is_file()
-            and not (decoded_dir(d, h) / layout.PDUS).is_file()]
+    """The hosts whose pcap has no decoded PDUs yet in istrace's own folder, or older ones
+    than the pcap (decoded from a pcap written over since)."""
+    return [h for h in layout.HOSTS if layout.pcap(d, h).is_file() and not current(d, h)]
+
+
+def current(d: Path, host: str) -> bool:
+    """Whether istrace's own folder holds the host's PDUs decoded from its pcap as it is."""
+    pdus = decoded_dir(d, host) / layout.PDUS
+    return pdus.is_file() and not layout.older_than(pdus, layout.pcap(d, host))
 
 
 def start_missing(d: Path, ports: Iterable[int]) -> dict[str, Decoding]:

@@ -19,6 +19,7 @@ has the table of who writes and who reads each).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 HOSTS = ("initiator", "target")
@@ -99,6 +100,61 @@ def track_files(out: Path) -> tuple[Path, Path, Path]:
     return out, Path(f"{stem}_states{ext}"), Path(f"{stem}_events{ext}")
 
 
+def older_than(table: Path, *inputs: Path) -> bool:
+    """Whether `table`, made from `inputs`, was written before one of them was (a pcap or an
+    event stream written again since): it then describes another capture."""
+    if not table.is_file():
+        return False
+    made = table.stat().st_mtime
+    return any(p.is_file() and p.stat().st_mtime > made for p in inputs)
+
+
+def capture_inputs(d: Path) -> list[Path]:
+    """The pcaps and probe event streams d holds: what every derived table is made from."""
+    return [p for p in (pcap(d, h) for h in HOSTS) if p.is_file()] + events_files(d)
+
+
 def has_capture_input(d: Path) -> bool:
     """Anything an analysis can start from: a pcap or a probe event stream of either host."""
     return any(pcap(d, h).is_file() for h in HOSTS) or bool(events_files(d))
+
+
+# What a capture session writes besides the pcaps and event streams (`istrace capture`),
+# each host's own files, and what the analysis derives from them
+_SESSION_FILES = (META, "probe.log", "workload.stdout", "workload.stderr")
+_HOST_FILES = ("{h}.pcap", "{h}.pcapng", "events-{h}.jsonl", "events-{h}.csv",
+               "events-{h}.meta.json", "hoststats-{h}.jsonl", "tcpdump-{h}.log",
+               "probe-{h}.log")
+_DERIVED = (MERGED, MERGED_CSV, CLOCK, SEGMENT_TABLE, COMMAND_TABLE, PLOTS, REPORT, VERDICT,
+            VERDICT_TABLE, TRACE_JSON, "decoded")
+_DECODED_TABLES = (PDUS, COMMANDS, CONNECTIONS, SEGMENTS)
+
+
+def earlier_capture(d: Path) -> list[Path]:
+    """The files and folders an earlier capture into d, and its analysis, left there: a new
+    capture must not be analysed with them (a merged.parquet present is not merged again,
+    a pdus.csv not decoded again), so it removes them first (`istrace capture --replace`).
+    Only names istrace gives: the decoded tables in folders decoded by hand, not the folders
+    themselves, and nothing else a person keeps beside them."""
+    if not d.is_dir():
+        return []
+    names = [*_SESSION_FILES, *_DERIVED,
+             *(f.format(h=h) for h in HOSTS for f in _HOST_FILES),
+             *(p.name for out in (d / TRACK, d / "track.csv") for p in track_files(out))]
+    found = [d / n for n in dict.fromkeys(names) if (d / n).exists() or (d / n).is_symlink()]
+    found += sorted(d.glob(".merge-*"))  # a killed merge's scratch
+    for h in HOSTS:
+        for folder in decoded_dirs(d, h):
+            found += [folder / t for t in _DECODED_TABLES
+                      if (folder / t).is_file() and not any(f in (folder / t).parents
+                                                            for f in found)]
+    return list(dict.fromkeys(found))
+
+
+def remove(paths: list[Path]) -> None:
+    """Each file or folder of `paths` (earlier_capture's), gone."""
+    for p in paths:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from istrace.capture import clockfile, layout
+from istrace.capture import clockfile, decoderun, layout
 from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, DecodeError, read_table, segments_file
 from istrace.capture.decoderun import decode_to_dir
 from istrace.capture.events import (
@@ -169,8 +169,14 @@ def load_capture(d: str | Path, decode: bool = True,
             continue
         found = None
         for cand in layout.decoded_dirs(d, host):
+            if cand == layout.decoded_dir(d, host) and not decoderun.current(d, host):
+                continue  # none yet, or decoded from an earlier pcap: decoded again below
             if (cand / layout.PDUS).is_file():
                 found = cand
+                if layout.older_than(cand / layout.PDUS, pcap):
+                    cap.warnings.append(f"{cand / layout.PDUS} is older than {pcap.name}: "
+                                        "decoded from an earlier pcap? (decoded by hand: "
+                                        "not decoded again)")
                 break
         if found is None and decode:
             out = layout.decoded_dir(d, host)
@@ -199,6 +205,10 @@ def load_capture(d: str | Path, decode: bool = True,
                 cap.connections = _read_csv(found / layout.CONNECTIONS)
 
     merged = d / layout.MERGED
+    if layout.older_than(merged, *layout.capture_inputs(d)):
+        cap.warnings.append("merged.parquet (and clock.json) are older than the capture's "
+                            "pcaps or event streams: made from an earlier capture? "
+                            "(istrace merge makes them again)")
     if merged.is_file():
         try:
             cap.merged_columns = pq.read_schema(merged).names

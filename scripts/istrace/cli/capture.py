@@ -21,6 +21,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "$ISTRACE_PORTAL, $ISTRACE_IQN, $ISTRACE_TARGET_IP, $ISTRACE_LUN_URL "
                          "are set")
     ap.add_argument("--out", required=True, help="capture directory")
+    ap.add_argument("--replace", action="store_true",
+                    help="when --out holds an earlier capture, remove it and everything derived "
+                         "from it first (without, the capture refuses to start)")
     ap.add_argument("--snaplen", type=int, default=0, help="bytes per packet (0 = all)")
     ap.add_argument("--filter", default="", help="pcap filter (default: everything)")
     ap.add_argument("--buffer-kib", type=int, default=run.BUFFER_KIB,

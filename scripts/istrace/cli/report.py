@@ -29,7 +29,9 @@ def _merge_first(d: Path, ports: tuple[int, ...] | None,
     from istrace.cli.merge import summary
     from istrace.merge.merger import MergeError, merge_dir
 
-    print("report: no merged.parquet: merging first (istrace merge)", file=sys.stderr)
+    print("report: merged.parquet older than the capture: merging again (istrace merge)"
+          if (d / layout.MERGED).is_file() else
+          "report: no merged.parquet: merging first (istrace merge)", file=sys.stderr)
     t0 = time.monotonic()
     try:
         r = merge_dir(d, ports, decoding=decoding)
@@ -61,7 +63,11 @@ def main(argv: list[str]) -> int:
     d = capture_dir("istrace report", args.dir)
     if d is None:
         return 2
-    merging = not args.no_merge and not (d / layout.MERGED).is_file() \
+    merged = d / layout.MERGED
+    # merged again when the capture was written after it (into a directory analysed before):
+    # its tables would describe the earlier capture
+    stale = layout.older_than(merged, *layout.capture_inputs(d))
+    merging = not args.no_merge and (not merged.is_file() or stale) \
         and layout.has_capture_input(d)
     decoding = _start_decoders(d, capture_ports(d, ports_of(args))) if merging else None
     try:

@@ -1,0 +1,56 @@
+"""A capture into a directory that holds an earlier one: refused unless --replace, which
+removes exactly what istrace wrote there (the earlier capture's merged trace or decoded PDUs
+would otherwise be reported as the new capture's)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from istrace.capture import layout
+
+EARLIER = ["meta.json", "initiator.pcap", "target.pcap", "events-target.jsonl",
+           "events-target.meta.json", "hoststats-initiator.jsonl", "tcpdump-target.log",
+           "workload.stderr", "merged.parquet", "merged.csv", "clock.json", "report.html",
+           "trace.json", "verdict.json", "verdict.parquet", "track.parquet",
+           "track_states.parquet", "track_events.csv", "pdus.csv",
+           "decoded/initiator/pdus.csv", "decoded/target/segments.bin",
+           "segments/host=initiator/part-0.parquet", "commands/host=target/part-0.parquet",
+           "plots/cwnd.png", "decoded-target/pdus.csv", "decoded-target/commands.csv",
+           ".merge-999999-x/events-initiator.arrow"]
+KEPT = ["notes.txt", "decoded-target/how-i-decoded.txt", "mine/pdus.txt"]
+
+
+def _fill(d: Path) -> None:
+    for name in EARLIER + KEPT:
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_text("x")
+
+
+def test_only_what_istrace_wrote_goes(tmp_path: Path) -> None:
+    _fill(tmp_path)
+    found = layout.earlier_capture(tmp_path)
+    top = {p.relative_to(tmp_path).parts[0] for p in found}
+    assert {"decoded", "segments", "commands", "plots", ".merge-999999-x"} <= top
+    assert not any(k.split("/")[0] in top for k in ("notes.txt", "mine"))
+    layout.remove(found)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == sorted(KEPT)
+    assert layout.earlier_capture(tmp_path) == []
+
+
+def test_a_new_directory_holds_no_earlier_capture(tmp_path: Path) -> None:
+    assert layout.earlier_capture(tmp_path / "new") == []
+    (tmp_path / "notes.txt").write_text("x")
+    assert layout.earlier_capture(tmp_path) == []
+
+
+def test_capture_refuses_an_earlier_capture_and_keeps_it(tmp_path: Path) -> None:
+    _fill(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "istrace.cli.main", "capture", "--name", "ecap",
+                        "--workload", "true", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "earlier capture" in r.stderr and "--replace" in r.stderr
+    assert r.stderr.count("\n") == 1
+    for name in EARLIER + KEPT:
+        assert (tmp_path / name).is_file(), name
