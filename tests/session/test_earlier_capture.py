@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from istrace.capture import layout
 
 EARLIER = ["meta.json", "initiator.pcap", "target.pcap", "events-target.jsonl",
@@ -44,10 +45,24 @@ def test_a_new_directory_holds_no_earlier_capture(tmp_path: Path) -> None:
     assert layout.earlier_capture(tmp_path) == []
 
 
-def test_capture_refuses_an_earlier_capture_and_keeps_it(tmp_path: Path) -> None:
+def test_replace_removes_what_refusal_names(tmp_path: Path) -> None:
     _fill(tmp_path)
-    r = subprocess.run([sys.executable, "-m", "istrace.cli.main", "capture", "--name", "ecap",
-                        "--workload", "true", "--out", str(tmp_path)],
+    with pytest.raises(layout.EarlierCapture, match="earlier capture .*--replace"):
+        layout.clear_for_capture(tmp_path, replace=False)
+    assert all((tmp_path / n).is_file() for n in EARLIER + KEPT)
+    named = len(layout.earlier_capture(tmp_path))
+    assert layout.clear_for_capture(tmp_path, replace=True) == named > 20
+    assert not layout.earlier_capture(tmp_path)
+    assert all((tmp_path / n).is_file() for n in KEPT)
+
+
+@pytest.mark.parametrize("how", [["capture", "--name", "ecap", "--workload", "true"],
+                                 ["capture", "--kernel", "--name", "ecapvm", "--dd-count", "1"]])
+def test_capture_refuses_an_earlier_capture_and_keeps_it(tmp_path: Path, how: list[str]) -> None:
+    """Both testbeds' captures (namespaces, the full-kernel VM): refused before any testbed
+    is brought up or looked for."""
+    _fill(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "istrace.cli.main", *how, "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2, r.stderr
     assert "earlier capture" in r.stderr and "--replace" in r.stderr

@@ -158,3 +158,22 @@ def remove(paths: list[Path]) -> None:
             shutil.rmtree(p)
         else:
             p.unlink(missing_ok=True)
+
+
+class EarlierCapture(ValueError):
+    """The capture directory holds an earlier capture (or its analysis)."""
+
+
+def clear_for_capture(d: Path, replace: bool) -> int:
+    """d ready for a new capture: an earlier capture there (earlier_capture) is removed when
+    `replace`, else EarlierCapture names it (analysed with the new one's files, its merged
+    trace and decoded PDUs would be reported as the new capture's). Returns how many files
+    and folders were removed."""
+    earlier = earlier_capture(d)
+    if earlier and not replace:
+        shown = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
+        raise EarlierCapture(f"{d} holds an earlier capture ({shown}): choose another "
+                             "directory, or --replace to remove it and what was derived "
+                             "from it")
+    remove(earlier)
+    return len(earlier)

@@ -465,20 +465,19 @@ def run(a: Any, argv: list[str]) -> int:
         print("istrace capture: must run as root (namespaces, tcpdump)", file=sys.stderr)
         return 2
     out = Path(a.out)
-    # An earlier capture's tables beside this one's would be analysed as this one's (a merged
-    # trace or decoded PDUs present are not made again), and its files mixed with this one's
-    # when this one writes fewer (no probes, one end): replaced only when asked.
-    earlier = layout.earlier_capture(out)
-    if earlier and not a.replace:
-        shown = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
-        print(f"istrace capture: {out} holds an earlier capture ({shown}): choose another "
-              "--out, or --replace to remove it and what was derived from it", file=sys.stderr)
-        return 2
+    # an earlier capture's files are also mixed with this one's when this one writes fewer
+    # (no probes, one end): replaced only when asked
     try:
-        if earlier:
-            layout.remove(earlier)
-            _log(f"{out}: the earlier capture's {len(earlier)} files and folders removed "
-                 "(--replace)")
+        removed = layout.clear_for_capture(out, a.replace)
+    except layout.EarlierCapture as exc:
+        print(f"istrace capture: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"istrace capture: cannot clear {out}: {exc}", file=sys.stderr)
+        return 2
+    if removed:
+        _log(f"{out}: the earlier capture's {removed} files and folders removed (--replace)")
+    try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         print(f"istrace capture: cannot create {out}: {exc}", file=sys.stderr)

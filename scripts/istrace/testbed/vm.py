@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from istrace.capture import layout
 from istrace.capture import meta as capture_meta
 from istrace.system import paths
 from istrace.system.paths import REPO_ROOT
@@ -591,7 +592,15 @@ def main_capture(argv: list[str]) -> int:
     p.add_argument("--runtime", type=float, default=5.0, help="seconds, for --readers")
     p.add_argument("--probes", choices=PROBE_MODES, default="istrace",
                    help="istrace-probe (default), or packets only")
+    p.add_argument("--replace", action="store_true",
+                   help="when --out holds an earlier capture, remove it and everything derived "
+                        "from it first (without, the capture refuses to start)")
     a = p.parse_args(argv)
+    try:
+        layout.clear_for_capture(Path(a.out), a.replace)
+    except (layout.EarlierCapture, OSError) as exc:
+        print(f"vmtestbed: {exc}", file=sys.stderr)
+        return 2
     if a.readers is not None:
         workload = readers_workload(a.readers, a.runtime)
     elif a.workload:
