@@ -114,6 +114,12 @@ def capture_inputs(d: Path) -> list[Path]:
     return [p for p in (pcap(d, h) for h in HOSTS) if p.is_file()] + events_files(d)
 
 
+def merge_outdated(d: Path) -> bool:
+    """Whether d's merged.parquet (and clock.json, made with it) was made before the capture's
+    pcaps or event streams were written: it describes an earlier capture."""
+    return older_than(d / MERGED, *capture_inputs(d))
+
+
 def has_capture_input(d: Path) -> bool:
     """Anything an analysis can start from: a pcap or a probe event stream of either host."""
     return any(pcap(d, h).is_file() for h in HOSTS) or bool(events_files(d))

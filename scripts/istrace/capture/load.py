@@ -205,7 +205,7 @@ def load_capture(d: str | Path, decode: bool = True,
                 cap.connections = _read_csv(found / layout.CONNECTIONS)
 
     merged = d / layout.MERGED
-    if layout.older_than(merged, *layout.capture_inputs(d)):
+    if layout.merge_outdated(d):
         cap.warnings.append("merged.parquet (and clock.json) are older than the capture's "
                             "pcaps or event streams: made from an earlier capture? "
                             "(istrace merge makes them again)")

@@ -63,11 +63,8 @@ def main(argv: list[str]) -> int:
     d = capture_dir("istrace report", args.dir)
     if d is None:
         return 2
-    merged = d / layout.MERGED
-    # merged again when the capture was written after it (into a directory analysed before):
-    # its tables would describe the earlier capture
-    stale = layout.older_than(merged, *layout.capture_inputs(d))
-    merging = not args.no_merge and (not merged.is_file() or stale) \
+    merging = not args.no_merge \
+        and (not (d / layout.MERGED).is_file() or layout.merge_outdated(d)) \
         and layout.has_capture_input(d)
     decoding = _start_decoders(d, capture_ports(d, ports_of(args))) if merging else None
     try:
