@@ -69,3 +69,17 @@ def test_capture_refuses_an_earlier_capture_and_keeps_it(tmp_path: Path, how: li
     assert r.stderr.count("\n") == 1
     for name in EARLIER + KEPT:
         assert (tmp_path / name).is_file(), name
+
+
+def test_the_vm_testbeds_capture_call_refuses_too(tmp_path: Path) -> None:
+    """The library call (`istrace reproduce kernel`'s, the VM tests') as the command line:
+    refused before the guest is asked anything (no VM is up here: asking would fail
+    otherwise), every file kept."""
+    from istrace.testbed.vm import VmConfig, VmTestbed
+
+    _fill(tmp_path)
+    tb = VmTestbed(VmConfig(name="ecapl"))
+    with pytest.raises(layout.EarlierCapture, match="earlier capture"):
+        tb.capture(tmp_path, "true")
+    for name in EARLIER + KEPT:
+        assert (tmp_path / name).is_file(), name

@@ -317,9 +317,13 @@ class VmTestbed(UpDown):
         return kept
 
     def capture(self, out_dir: str | Path, workload: str, probes: str = "istrace",
-                timeout_s: float = 900.0, hang_retries: int = 0) -> Path:
+                timeout_s: float = 900.0, hang_retries: int = 0, replace: bool = False) -> Path:
         """`capture_once`; a guest that hangs is rebooted and the capture run again, up to
-        `hang_retries` times, saying so (a hang is never passed over silently)."""
+        `hang_retries` times, saying so (a hang is never passed over silently). An `out_dir`
+        holding an earlier capture is refused (layout.EarlierCapture), before the guest runs
+        anything, unless `replace` (which removes it): the new capture's files copied over
+        the old ones would be analysed with the old one's merged trace and decoded PDUs."""
+        layout.clear_for_capture(Path(out_dir), replace)
         for attempt in range(hang_retries + 1):
             try:
                 return self.capture_once(out_dir, workload, probes, timeout_s)
