@@ -83,3 +83,28 @@ def test_the_vm_testbeds_capture_call_refuses_too(tmp_path: Path) -> None:
         tb.capture(tmp_path, "true")
     for name in EARLIER + KEPT:
         assert (tmp_path / name).is_file(), name
+
+
+def test_a_hung_vm_capture_tried_again_keeps_the_directorys_other_files(tmp_path: Path) -> None:
+    """A guest that hangs is rebooted and the capture run again: what istrace wrote is
+    cleared for it, the directory's other files stay (it used to remove the whole directory)."""
+    from istrace.testbed.vm import VmConfig, VmHung, VmTestbed
+
+    class Hangs(VmTestbed):
+        tries = 0
+
+        def capture_once(self, out_dir, workload, probes="istrace", timeout_s=900.0):
+            Hangs.tries += 1
+            if Hangs.tries == 1:
+                (Path(out_dir) / "initiator.pcap").write_text("partial")
+                raise VmHung("guest request timed out")
+            return Path(out_dir)
+
+        def restart(self):
+            pass
+
+    (tmp_path / "notes.txt").write_text("mine")
+    Hangs(VmConfig(name="ecaph")).capture(tmp_path, "true", hang_retries=1)
+    assert Hangs.tries == 2
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "initiator.pcap").exists()

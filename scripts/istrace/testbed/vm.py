@@ -333,8 +333,9 @@ class VmTestbed(UpDown):
                 print(f"vmtestbed: WARNING: the guest hung ({exc}); capturing again on a "
                       "fresh boot", file=sys.stderr)
                 self.restart()
-                if Path(out_dir).exists():
-                    shutil.rmtree(out_dir)
+                # what the hung attempt left of istrace's (a hang comes before the copy: none
+                # so far); the directory's other files stay, as at the start
+                layout.clear_for_capture(Path(out_dir), replace=True)
         raise AssertionError("unreachable")
 
     def capture_once(self, out_dir: str | Path, workload: str, probes: str = "istrace",
