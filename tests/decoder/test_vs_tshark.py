@@ -109,14 +109,14 @@ def _start_tcpdump(tb: Testbed, path: Path) -> subprocess.Popen[str]:
 def _stop_tcpdump(cap: subprocess.Popen[str], path: Path) -> tuple[int, int]:
     """Stop tcpdump; (dropped by kernel, not written). tcpdump stops reading at SIGINT, so
     first let it drain what the kernel holds: wait until the file (written per packet, -U)
-    stops growing for a second, at most 5 s."""
-    last, deadline = -1, time.monotonic() + 5
-    while time.monotonic() < deadline:
+    has not grown for three looks 0.5 s apart (one still look was not enough on a loaded
+    machine), at most 10 s."""
+    last, still, deadline = -1, 0, time.monotonic() + 10
+    while time.monotonic() < deadline and still < 3:
         size = path.stat().st_size if path.exists() else 0
-        if size == last:
-            break
+        still = still + 1 if size == last else 0
         last = size
-        time.sleep(1.0)
+        time.sleep(0.5)
     cap.send_signal(signal.SIGINT)
     try:
         _, err = cap.communicate(timeout=20)
@@ -152,6 +152,9 @@ def capture_workloads(tb: Testbed, pcap: Path, work: list[tuple[str, list[str]]]
             r = tb.run_ini(cmd, capture_output=True, timeout=timeout)
             rc[name], out[name] = r.returncode, (r.stdout or "") + (r.stderr or "")
     finally:
+        # a connection's last packets may come seconds after its workload exits (a FIN
+        # lost on a lossy path and sent again): stopping before them leaves them unwritten
+        tb.wait_iscsi_closed(20)
         drops, unwritten = _stop_tcpdump(cap, pcap)
     res = decode(NATIVE_BIN, pcap, outdir=pcap.parent / "istrace")
     assert res.rc == 0, res.stderr

@@ -40,15 +40,6 @@ def _tshark(pcap, *args):
     return [x for x in r.stdout.splitlines() if x.strip()]
 
 
-def _open_iscsi_sockets(run) -> bool:
-    """Whether a namespace still has a TCP socket of port 3260 that may send (neither
-    listening nor in TIME-WAIT)."""
-    r = run(["ss", "-tanH", "( sport = :3260 or dport = :3260 )"], capture_output=True,
-            text=True, timeout=10)
-    return any(line.split()[0] not in ("LISTEN", "TIME-WAIT")
-               for line in r.stdout.splitlines() if line.strip())
-
-
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     out = tmp_path_factory.mktemp("real")
@@ -74,12 +65,8 @@ def real(tmp_path_factory):
             assert r.returncode == 0, r.stderr
             # The connection's last packets (tgtd's FIN, the ACK of it) may come seconds
             # after the initiator exits on a busy machine: one that reached the ring at the
-            # SIGINT was counted and never written (a CI run). Wait until neither end holds
-            # the connection open (TIME-WAIT sends nothing), at most 10 s.
-            deadline = time.time() + 10
-            while time.time() < deadline and any(
-                    _open_iscsi_sockets(run) for run in (tb.run_ini, tb.run_tgt)):
-                time.sleep(0.2)
+            # SIGINT was counted and never written (a CI run).
+            tb.wait_iscsi_closed(10)
             # tcpdump on a busy machine lags: stop it only once its files have not grown
             # for three looks in a row (one still look was not enough on a loaded CI machine:
             # 3 packets were still in the ring at the SIGINT)

@@ -30,7 +30,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help=f"tcpdump -B, KiB (default {run.BUFFER_KIB}; smaller ones drop packets)")
     ap.add_argument("--timeout", type=float, default=3600, help="workload time limit, s")
     ap.add_argument("--settle", type=float, default=0.5,
-                    help="seconds to keep capturing after the workload ends")
+                    help="seconds to keep capturing after the workload ends (then, on a "
+                         "testbed, until its iSCSI connections have closed, at most 5 s)")
     ap.add_argument("--no-probes", action="store_true")
     ap.add_argument("--probe-args", default="",
                     help="more istrace-probe options for both ends, e.g. '--syscall-entries' "

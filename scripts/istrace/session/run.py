@@ -500,6 +500,9 @@ def run(a: Any, argv: list[str]) -> int:
         s.save_meta()
         wrc = s.run_workload()
         time.sleep(a.settle + sum(s.tb.cfg.one_way()) / 1000 if s.tb else a.settle)
+        if s.tb is not None and not s.tb.wait_iscsi_closed(5):
+            _log("an iSCSI connection is still open 5 s after the workload: its last "
+                 "packets may be missing from the capture")
         s.meta["status"] = "ok" if wrc == 0 else "workload_failed"
         rc = 0 if wrc == 0 else 3
     except (KeyboardInterrupt, Interrupted) as exc:

@@ -377,6 +377,24 @@ class Testbed(UpDown):
         kw.setdefault("text", True)
         return subprocess.run(netns.in_ns(self.tgt_ns, cmd), check=False, **kw)
 
+    def wait_iscsi_closed(self, timeout: float = 10.0) -> bool:
+        """Wait until neither namespace holds an iSCSI socket that may still send (one
+        neither listening nor in TIME-WAIT), at most `timeout` s; whether they all closed.
+        On a lossy or busy path a connection's last packets (a FIN sent again after a loss,
+        the ACK of it) come seconds after the workload exits: a capture stopped before them
+        counts them as received and never writes them."""
+        deadline = time.monotonic() + timeout
+        query = ["ss", "-tanH", f"( sport = :{ISCSI_PORT} or dport = :{ISCSI_PORT} )"]
+        while True:
+            lines = [line for run in (self.run_ini, self.run_tgt)
+                     for line in run(query, capture_output=True, timeout=10).stdout.splitlines()
+                     if line.strip()]
+            if all(line.split()[0] in ("LISTEN", "TIME-WAIT") for line in lines):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
     def popen_ini(self, cmd: list[str] | str, **kw: Any) -> subprocess.Popen[Any]:
         return subprocess.Popen(netns.in_ns(self.ini_ns, cmd), **kw)
 
