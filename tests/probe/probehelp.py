@@ -130,6 +130,7 @@ def traced_read(tb: Testbed, out: Path, seconds: float = 2.0, size: str = "1M",
             run.ss_text, _ = ss.communicate(timeout=60)
         run.probe_err = {"initiator": pi.stderr(), "target": pt.stderr()}
     finally:
+        tb.wait_iscsi_closed(10)  # the connection's last packets, before the stop
         for h, p in dumps.items():
             run.tcpdump_drops[h] = _stop_tcpdump(p, out / f"tcpdump-{h}.err")
         if xdp_drop:
