@@ -137,15 +137,6 @@ class Segments:
             seen.update(dict.fromkeys(int(c) for c in pd.unique(codes) if c >= 0))
         return [str(self.conn_labels[c]) for c in seen]
 
-    def _rows_of(self, conn: str) -> np.ndarray:
-        """The positions of `conn`'s rows, a slice of codes read at a time."""
-        code = self.code("conn", conn)
-        parts = [np.zeros(0, np.int64)]
-        for a in range(0, len(self), SLICE_ROWS):
-            codes = self.read(["conn"], a, a + SLICE_ROWS)["conn"]
-            parts.append(np.flatnonzero(codes == code) + a)
-        return np.concatenate(parts).astype(np.int64)
-
 
 SegmentsLike = Segments | pd.DataFrame
 
@@ -256,7 +247,7 @@ class FileSegments(Segments):
     def only(self, conn: str) -> Segments:
         if self.n == 0 or list(self.conn_labels) == [conn]:
             return self
-        return _ConnRows(self, self._rows_of(conn))
+        return _ConnRows(self, self.code("conn", conn))
 
     def frame(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         stored = [c for c in (columns or decoded.SEGMENT_COLUMNS) if c not in LABELS]
@@ -269,14 +260,35 @@ class FileSegments(Segments):
 
 
 class _ConnRows(Segments):
-    """One connection's rows of a FileSegments (`rows`: their positions in it)."""
+    """One connection's rows of a FileSegments, numbered among themselves. Held: a bit per
+    row of the file, whether it is the connection's, packed a file slice (SLICE_ROWS rows)
+    at a time, and how many of its rows come before each slice. A position per row was 8
+    bytes a segment, 37 MB of a full-rate minute's connection in the report's main process
+    (the tracker and the diagnosis take a capture of several connections one at a time);
+    the bits are an eighth of a byte a row of the file. A read unpacks the bits of the
+    slices its rows are in and reads the file's rows from its first to its last: the same
+    read as with positions (reading whole slices and keeping the connection's rows took 3x
+    the CPU)."""
 
-    def __init__(self, whole: FileSegments, rows: np.ndarray) -> None:
+    _STRIDE = SLICE_ROWS // 8  # bytes of packed bits a file slice
+
+    def __init__(self, whole: FileSegments, code: int) -> None:
         super().__init__()
-        self.whole, self.rows = whole, rows
+        self.whole, self._code = whole, code
+        n_slices = -(-len(whole) // SLICE_ROWS) if code >= 0 else 0
+        self._bits = np.zeros(n_slices * self._STRIDE, np.uint8)
+        counts = np.zeros(n_slices, np.int64)
+        for k in range(n_slices):
+            a = k * SLICE_ROWS
+            mine = whole.read(["conn"], a, a + SLICE_ROWS)["conn"] == code
+            packed = np.packbits(mine)
+            self._bits[k * self._STRIDE:k * self._STRIDE + len(packed)] = packed
+            counts[k] = np.count_nonzero(mine)
+        # the connection's rows before each slice of the file, and in all
+        self._before = np.concatenate([[0], np.cumsum(counts)])
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return int(self._before[-1])
 
     def has(self, column: str) -> bool:
         return self.whole.has(column)
@@ -284,20 +296,33 @@ class _ConnRows(Segments):
     def labels(self, column: str) -> pd.Index:
         return self.whole.labels(column)
 
+    def _positions(self, a: int, b: int) -> np.ndarray:
+        """The file positions of the connection's rows a..b (0 <= a < b <= len)."""
+        k0 = int(np.searchsorted(self._before, a, side="right")) - 1
+        k1 = int(np.searchsorted(self._before, b - 1, side="right")) - 1
+        pos = np.concatenate([
+            np.flatnonzero(np.unpackbits(self._bits[k * self._STRIDE:(k + 1) * self._STRIDE]))
+            + k * SLICE_ROWS for k in range(k0, k1 + 1)])
+        first = int(self._before[k0])
+        return pos[a - first:b - first]
+
     def read(self, columns: Sequence[str], a: int, b: int) -> dict[str, np.ndarray]:
-        pos = self.rows[max(a, 0):min(b, len(self.rows))]
-        if not len(pos):
+        a, b = max(a, 0), min(b, len(self))
+        if b <= a:
             return self.whole.read(columns, 0, 0)
+        pos = self._positions(a, b)
         got = self.whole.read(columns, int(pos[0]), int(pos[-1]) + 1)
         pick = pos - pos[0]
         return {c: v[pick] for c, v in got.items()}
 
     def only(self, conn: str) -> Segments:
-        mine = self._rows_of(conn)
-        return self if len(mine) == len(self) else _ConnRows(self.whole, self.rows[mine])
+        # within one connection's rows another connection has none
+        return self if not len(self) or self.code("conn", conn) == self._code \
+            else _ConnRows(self.whole, -1)
 
     def frame(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        return self.whole.frame(columns).iloc[self.rows].reset_index(drop=True)
+        rows = self._positions(0, len(self)) if len(self) else np.zeros(0, np.int64)
+        return self.whole.frame(columns).iloc[rows].reset_index(drop=True)
 
 
 def row_slices(segs: Segments | pd.DataFrame, columns: Sequence[str], rows: int = SLICE_ROWS
