@@ -67,7 +67,9 @@ TAIL_EXTRA = ["flags", "tid", "status", "fd", "ret", "again", "offset", "netns"]
 MERGED_COLUMNS = EVENT_COLUMNS + MERGED_EXTRA + TAIL_EXTRA
 _STR_COLS = [c for c in MERGED_COLUMNS if c in STR_COLUMNS] + ["dir", "cdb_name", "flags"]
 
-MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else pa.int64())
+# a socket cookie is the kernel's unsigned 64-bit number (as the streams give it)
+MERGED_SCHEMA = pa.schema([pa.field(c, pa.string() if c in _STR_COLS else
+                                    pa.uint64() if c == "cookie" else pa.int64())
                            for c in MERGED_COLUMNS])
 # Rows placed, tied and sorted a block at a time, whatever the capture's length (a minute's is
 # 190 000 rows): at 32 Ki rows a block (and a sort run, extsort) raised the merge's peak by

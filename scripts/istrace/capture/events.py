@@ -206,7 +206,6 @@ def read_events(path: Path) -> tuple[pd.DataFrame, dict[str, Any], int]:
     table, meta, lost = read_events_table(path)
     df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(),
                                        pa.uint64(): pd.UInt64Dtype()}.get)
-    df["cookie"] = df["cookie"].astype("Int64")
     return df, meta, lost
 
 
