@@ -73,3 +73,33 @@ def test_report_merges_first_as_merge_then_report_would(tmp_path: Path) -> None:
     r = _istrace("report", "--no-merge", str(raw))
     assert r.returncode == 0, r.stderr
     assert not (raw / "merged.parquet").exists() and "missing: merged.parquet" in r.stdout
+
+
+@pytest.mark.parametrize("how", ["raises", "dies"])
+def test_report_goes_on_when_its_merge_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str],
+                                             how: str) -> None:
+    """The merge `istrace report` runs first runs in a process of its own: whether it raises
+    there or that process dies, the report says so and aligns the layers from the raw
+    tables, as when the merge fails in this process."""
+    import os
+
+    from istrace.cli import report as report_cli
+    from istrace.merge import merger
+
+    synth.make_capture(tmp_path, n_cmds=8, qd=1)
+    parent = os.getpid()
+
+    def broken(*_a: object, **_k: object) -> None:
+        assert os.getpid() != parent, "the merge ran in the report's own process"
+        if how == "dies":
+            os._exit(9)
+        raise merger.MergeError("no clock today")
+
+    monkeypatch.setattr(merger, "merge_dir", broken)
+    assert report_cli.main([str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "report: merge failed, layers aligned from the raw tables" in err, err
+    assert ("no clock today" in err) == (how == "raises")
+    assert not (tmp_path / "merged.parquet").exists()
+    assert (tmp_path / "report.html").is_file()

@@ -309,28 +309,22 @@ class MergeResult:
 CSV_MAX_ROWS = 1_000_000
 
 
-def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: int | None = None,
-              write_csv: bool | None = None, log: Any = None,
-              decoding: dict[str, decoderun.Decoding] | None = None) -> MergeResult:
-    """Merge everything in d; writes merged.parquet, clock.json and merged.csv (write_csv
-    None: when at most CSV_MAX_ROWS rows). `ports`: the iSCSI target port(s), else the
-    portal meta.json recorded, else 3260. `decoding`: the decoder runs the caller started
-    on d's pcaps (decoderun.start_missing), finished here; without, they are started here."""
+def finish_decoding(d: Path, ports: tuple[int, ...] | None = None, log: Any = None,
+                    decoding: dict[str, decoderun.Decoding] | None = None
+                    ) -> dict[str, str | None]:
+    """The decoder on d's pcaps not decoded yet, the merge's first step (its segments.bin,
+    beside the PDUs, is the segment table): the runs the caller started (`decoding`,
+    decoderun.start_missing) taken over, else started here; each host's problem text (None:
+    its tables are in place). In the process that started the runs: only it can wait for
+    them."""
     say = log or (lambda m: print(m, file=sys.stderr))
-    notes: list[str] = []
-    if not d.is_dir():
-        raise MergeError(f"{d}: not a directory")
-    ports = capture_ports(d, ports)
-    # The decoder first: its segments.bin (beside the PDUs) is the segment table. Runs the
-    # caller started (`decoding`) are taken over; the others are started here.
-    seg_dirs: dict[str, Path] = {}
     problems: dict[str, str | None] = {}
     try:
-        runs = decoding if decoding is not None else decoderun.start_missing(d, ports)
+        runs = decoding if decoding is not None else \
+            decoderun.start_missing(d, capture_ports(d, ports))
     except (MissingBinary, OSError) as exc:
-        runs = {}
-        problems = {h: f"istrace-decode {layout.pcap(d, h).name} failed: {exc}"
-                    for h in decoderun.missing(d)}
+        return {h: f"istrace-decode {layout.pcap(d, h).name} failed: {exc}"
+                for h in decoderun.missing(d)}
     for run in runs.values():
         say(f"merge: decoding {run.pcap.name} into {run.out.relative_to(d)}/")
     try:
@@ -338,6 +332,23 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     finally:
         for run in runs.values():
             run.cancel()
+    return problems
+
+
+def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: int | None = None,
+              write_csv: bool | None = None, log: Any = None,
+              decoded: dict[str, str | None] | None = None) -> MergeResult:
+    """Merge everything in d; writes merged.parquet, clock.json and merged.csv (write_csv
+    None: when at most CSV_MAX_ROWS rows). `ports`: the iSCSI target port(s), else the
+    portal meta.json recorded, else 3260. `decoded`: what finish_decoding returned, when the
+    caller ran it; without, it runs here first."""
+    say = log or (lambda m: print(m, file=sys.stderr))
+    notes: list[str] = []
+    if not d.is_dir():
+        raise MergeError(f"{d}: not a directory")
+    ports = capture_ports(d, ports)
+    problems = decoded if decoded is not None else finish_decoding(d, ports, say)
+    seg_dirs: dict[str, Path] = {}
     for h in HOSTS:
         dd = decoderun.decoded_dir(d, h)
         if problems.get(h):

@@ -22,20 +22,26 @@ from istrace.system.paths import MissingBinary
 
 def _merge_first(d: Path, ports: tuple[int, ...] | None,
                  decoding: dict[str, decoderun.Decoding] | None) -> None:
-    """`istrace merge d` here, when d has no merged.parquet and has what a merge reads (a
-    pcap or a probe event stream): one process for both steps, not two interpreters loading
-    the same tables (a second of a 4 GB capture's twelve). A merge that fails leaves the
-    report to align the layers from the raw tables, as without merge."""
+    """`istrace merge d` first, when d has no merged.parquet and has what a merge reads (a
+    pcap or a probe event stream): one interpreter for both steps, not two loading the same
+    libraries (a second of a 4 GB capture's twelve). A merge that fails leaves the report to
+    align the layers from the raw tables, as without merge.
+    The merge itself runs in a forked process (its decoders finished here, where they were
+    started): the memory it frees stays resident, fragmented, in the process that ran it,
+    and the report's processes, forked from this one, would each start with it (12 MB more
+    in every one of them on a full-rate minute)."""
     from istrace.cli.merge import summary
-    from istrace.merge.merger import MergeError, merge_dir
+    from istrace.merge.merger import MergeError, finish_decoding, merge_dir
+    from istrace.system import forked
 
     print("report: merged.parquet older than the capture: merging again (istrace merge)"
           if (d / layout.MERGED).is_file() else
           "report: no merged.parquet: merging first (istrace merge)", file=sys.stderr)
     t0 = time.monotonic()
     try:
-        r = merge_dir(d, ports, decoding=decoding)
-    except (MergeError, OSError, ValueError) as exc:
+        decoded = finish_decoding(d, ports, decoding=decoding)
+        r = forked.start(lambda: merge_dir(d, ports, decoded=decoded), nested=True)()
+    except (MergeError, OSError, ValueError, forked.ChildFailed) as exc:
         print(f"report: merge failed, layers aligned from the raw tables: {exc}",
               file=sys.stderr)
         return

@@ -24,11 +24,11 @@ class ChildFailed(RuntimeError):
     message)."""
 
 
-def start(fn: Callable[[], T]) -> Callable[[], T]:
+def start(fn: Callable[[], T], nested: bool = False) -> Callable[[], T]:
     """Start fn() now, in a forked process when there is a CPU to run it on (else here, at
     once); the returned call waits for its result. What fn raised is raised by that call, as
     the same exception (the forked process's traceback added as a note): a caller handles
-    an OSError the same wherever fn ran."""
+    an OSError the same wherever fn ran. `nested`: as start_fed's."""
     if not _can_fork():
         try:
             value = fn()
@@ -39,7 +39,7 @@ def start(fn: Callable[[], T]) -> Callable[[], T]:
                 raise error
             return fail
         return lambda: value
-    return start_fed(lambda _get: fn())[1]
+    return start_fed(lambda _get: fn(), nested)[1]
 
 
 def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
