@@ -4,6 +4,7 @@ analysed and says what is missing."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import synth
+from istrace.cli import report as report_cli
+from istrace.merge import merger
 
 ANALYSES = ("report", "track", "plot", "merge")
 
@@ -82,11 +85,6 @@ def test_report_goes_on_when_its_merge_fails(tmp_path: Path, monkeypatch: pytest
     """The merge `istrace report` runs first runs in a process of its own: whether it raises
     there or that process dies, the report says so and aligns the layers from the raw
     tables, as when the merge fails in this process."""
-    import os
-
-    from istrace.cli import report as report_cli
-    from istrace.merge import merger
-
     synth.make_capture(tmp_path, n_cmds=8, qd=1)
     parent = os.getpid()
 

@@ -5,12 +5,15 @@ its neighbours; the external sort keeps ties in arrival order)."""
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import synth
 from istrace.capture import events, layout
+from istrace.capture.load import load_capture
 from istrace.merge import extsort, merger
 from istrace.merge.merger import merge_dir
 
@@ -38,11 +41,6 @@ def test_socket_cookies_past_2_63_are_kept(tmp_path: Path) -> None:
     """A socket cookie is the kernel's unsigned 64-bit number: one of 2^63 or more goes
     through the merge into merged.parquet and the analysis's events as it was (the merged
     table stored cookies as signed integers and the merge refused such a stream)."""
-    import json
-
-    import pyarrow.compute as pc
-    from istrace.capture.load import load_capture
-
     synth.make_capture(tmp_path, n_cmds=8)
     big = (1 << 64) - 3
     path = tmp_path / "events-target.jsonl"
