@@ -87,6 +87,36 @@ def test_seq_carries_the_pdu_command_across_wraps() -> None:
     assert _ids(late) == [8]
 
 
+def test_seq_index_made_once_answers_every_block_as_by_seq() -> None:
+    # two connections, both directions, PDUs of 64 KiB every ms, some without a command; the
+    # rows asked block by block of one index, as the merge asks a slice at a time
+    rng = np.random.default_rng(7)
+    frames = []
+    for s, (c, d, base) in enumerate((("a", "t2i", 1000), ("a", "i2t", 5),
+                                      ("b", "t2i", (1 << 32) - 70_000))):
+        n = 40
+        frames.append(pd.DataFrame({
+            "conn": c, "dir": d, "tcp_seq": (base + np.arange(n) * 65536) % (1 << 32),
+            "ts_ns": T0 + np.arange(n) * MS,
+            "cmd": pd.array([None if k % 7 == 3 else 100 * s + k for k in range(n)],
+                            dtype="Int64")}))
+    pdus = pd.concat(frames, ignore_index=True)
+    m = 3000
+    pick = rng.integers(0, len(pdus), m)
+    conn = pdus["conn"].to_numpy()[pick]
+    conn[::97] = "unknown"
+    direction = pdus["dir"].to_numpy()[pick]
+    seq = (pdus["tcp_seq"].to_numpy()[pick] + rng.integers(0, 65536, m)) % (1 << 32)
+    t = pdus["ts_ns"].to_numpy()[pick] + rng.integers(0, MS, m)
+    whole = _ids(at.by_seq(t, conn, direction, seq, pdus))
+    index = at.SeqIndex(pdus)
+    blocks = [_ids(index.cmds(t[a:a + 512], conn[a:a + 512], direction[a:a + 512],
+                              seq[a:a + 512])) for a in range(0, m, 512)]
+    assert sum(blocks, []) == whole
+    assert whole.count(None) >= m // 97  # the unknown connection's rows
+    assert len(set(whole) - {None}) > 60  # rows of many commands, on all three streams
+
+
 def test_tags_text_or_numbers() -> None:
     s = at.tag_numbers(pd.Series(["0x0000001f", None, "12", "junk"]))
     assert [None if pd.isna(v) else int(v) for v in s] == [31, None, 12, None]

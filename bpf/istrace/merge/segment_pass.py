@@ -121,6 +121,7 @@ def tie_segments(d: Path, seg_bin: Path, host: str, ports: tuple[int, ...], offs
     `publish=False`: the table waits beside the old one for segtable.publish."""
     total = segment_count(seg_bin)
     done = 0
+    pdu_seq = attribution.SeqIndex(ini_pdus)  # made once, asked once per slice
     with SegmentTableWriter(d, host, publish) as w:
         for s in _iscsi_slices(seg_bin, ports):
             done += SLICE_ROWS
@@ -129,9 +130,9 @@ def tie_segments(d: Path, seg_bin: Path, host: str, ports: tuple[int, ...], offs
             cmd = pd.array(np.zeros(len(s), np.int64), dtype="Int64")
             cmd[:] = pd.NA
             data = (s["len"] > 0).to_numpy()
-            if ini_pdus is not None and data.any():
-                cmd[data] = attribution.by_seq(merged[data], s["conn"][data], s["dir"][data],
-                                               s["seq"][data], ini_pdus)
+            if data.any():
+                cmd[data] = pdu_seq.cmds(merged[data], s["conn"][data], s["dir"][data],
+                                         s["seq"][data])
             w.write({"ts_ns": ts, "ts_ns_merged": merged, "conn": s["conn"], "dir": s["dir"],
                      "seq": s["seq"], "ack": s["ack"], "len": s["len"], "flags": s["flags"],
                      "win": s["win"], "cmd_id": cmd})

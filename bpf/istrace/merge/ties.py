@@ -20,7 +20,7 @@ class CommandTies:
     commands.csv) and the time slack the clock's bound allows."""
 
     def __init__(self, ini_pdus: pd.DataFrame, ini_cmds: pd.DataFrame, slack: int) -> None:
-        self.pdus, self.slack = ini_pdus, slack
+        self.pdu_seq, self.slack = attribution.SeqIndex(ini_pdus), slack
         self.commands = ini_cmds.copy()
         if "cmd" not in self.commands:
             self.commands["cmd"] = np.arange(len(self.commands))
@@ -51,9 +51,9 @@ class CommandTies:
         probe_seq = probe_seq.dropna(subset=["seq", "dir"])
         if len(probe_seq):
             # the initiator's PDUs give each command's byte range: its own clock is the merged one
-            cmd.loc[probe_seq.index] = attribution.by_seq(
+            cmd.loc[probe_seq.index] = self.pdu_seq.cmds(
                 df.loc[probe_seq.index, "ts_ns_merged"].to_numpy(np.int64), probe_seq["conn"],
-                probe_seq["dir"], probe_seq["seq"], self.pdus)
+                probe_seq["dir"], probe_seq["seq"])
         # ITT-carrying probe events
         itt_rows = ((df["source"] == "probe") & df["itt"].notna()).fillna(False).astype(bool)
         if itt_rows.any():
