@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from istrace.capture.tracksamples import Samples, SamplesLike, as_samples  # noqa: E402
 from istrace.plot import data  # noqa: E402
+from istrace.plot.png import save_png  # noqa: E402
 from istrace.plot.thin import Thinner, thin  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
@@ -37,9 +38,10 @@ def save(fig: Figure, stem: Path, formats: tuple[str, ...] = ("png", "svg")) -> 
     out = []
     for fmt in formats:
         p = stem.with_suffix("." + fmt)
-        # PNG: zlib's fastest level (the same pixels; level 6 was a tenth of the drawing)
-        extra = {"dpi": 110, "pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
-        fig.savefig(p, bbox_inches="tight", **extra)
+        if fmt == "png":
+            save_png(fig, p, dpi=110)
+        else:
+            fig.savefig(p, bbox_inches="tight")
         out.append(p)
     plt.close(fig)
     return out
