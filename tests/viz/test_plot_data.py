@@ -349,6 +349,8 @@ def test_median_spacing_is_exact(n):
     assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(ts)))
     segs["ts_ns"] = 10**12 + np.cumsum(rng.integers(2**30, 2**33, n))  # the median >= 1 s
     assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(segs["ts_ns"])))
+    segs["ts_ns"] = 10**12 + np.cumsum(rng.integers(2**26, 2**29, n))  # 67-540 ms
+    assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(segs["ts_ns"])))
 
 
 def test_seq_graph_draws_one_connection():

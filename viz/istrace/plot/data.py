@@ -204,7 +204,10 @@ def data_bursts(segs: SegmentsLike, d: str = "t2i", gap_ns: int = 1_000_000) -> 
     src = as_segments(segs)
     if src is None:
         return pd.DataFrame(columns=["start_ns", "end_ns", "bytes", "segments"])
-    return src.cached(("data_bursts", d, gap_ns), lambda: _data_bursts(src, d, gap_ns)).copy()
+    # a shallow copy: copy-on-write keeps the cached table as it is whatever the caller
+    # changes, and a full-rate minute's 190 000 bursts are not held twice
+    return src.cached(("data_bursts", d, gap_ns),
+                      lambda: _data_bursts(src, d, gap_ns)).copy(deep=False)
 
 
 def _data_bursts(segs: Segments, d: str, gap_ns: int) -> pd.DataFrame:
@@ -234,8 +237,8 @@ def _data_bursts(segs: Segments, d: str, gap_ns: int) -> pd.DataFrame:
         parts.append(tuple(np.array([v], np.int64) for v in run))
     if not parts:
         return pd.DataFrame(columns=cols)
-    return pd.DataFrame({c: np.concatenate([p[k] for p in parts]).astype(np.int64)
-                         for k, c in enumerate(cols)})
+    return pd.DataFrame({c: np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False)
+                         for k, c in enumerate(cols)}, copy=False)
 
 
 def burst_gap_threshold(segs: SegmentsLike, d: str = "t2i") -> int:
@@ -261,10 +264,12 @@ def _spacings(segs: SegmentsLike, d: str) -> Iterator[np.ndarray]:
 def median_spacing(segs: SegmentsLike, d: str) -> float | None:
     """The exact median of the spacings (as np.median; None under two), in two passes of
     bounded memory: counts per microsecond-wide bin, then per nanosecond in the one or two
-    bins holding the middle ranks (spacings of a second or more counted one by one). The bins
+    bins holding the middle ranks (spacings of 67 ms or more counted one by one). The bins
     are counted only as far as some spacing reaches: a full-rate capture's spacings are a few
-    microseconds, and a million bins counted for each slice were 25 MB and most of the time."""
-    top = 1 << 20
+    microseconds, and a million bins counted for each slice were 25 MB and most of the time.
+    65 536 bins at most (0.5 MB): a spacing of a second, which a minute's capture holds, made
+    every slice's count a million bins long (16 MB)."""
+    top = 1 << 16
     coarse = np.zeros(0, np.int64)
     for x in _spacings(segs, d):
         here = np.bincount(np.minimum(x >> 10, top))
