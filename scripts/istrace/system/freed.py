@@ -10,7 +10,6 @@ memory freed by earlier steps). `give_back` between steps returns it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 import sys
@@ -26,9 +25,10 @@ MIMALLOC_SETTINGS = {"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_ARENA_EAGER_COMMIT":
 
 @functools.cache
 def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    name = ctypes.util.find_library("c")
+    # the process's own symbols, glibc's among them (find_library ran `ldconfig -p`: a
+    # process forked from this one, of its size, on each command's first give_back)
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None  # glibc only
+        return ctypes.CDLL(None).malloc_trim  # glibc only
     except (OSError, AttributeError):
         return None
 
