@@ -268,12 +268,14 @@ class Direction:
                                    np.maximum(all_end[:-1], 0)])
         behind = (d_end > d_start) & (d_start < prev_max)
         del prev_max
-        idx = np.arange(len(d_start))
-        _, first_of = np.unique(d_start, return_inverse=True)
-        first = np.full(first_of.max() + 1, len(idx))
-        np.minimum.at(first, first_of, idx)
-        seen = (first[first_of] < idx) | np.isin(d_start, c.starts)
-        del idx, first_of, first
+        # sent before in this slice: all but the first of equal starts (a stable sort keeps
+        # them in sending order; np.unique and minimum.at took 2.4 times as long)
+        order = np.argsort(d_start, kind="stable")
+        by_start = d_start[order]
+        seen = np.zeros(len(d_start), bool)
+        seen[order[1:][by_start[1:] == by_start[:-1]]] = True
+        seen |= np.isin(d_start, c.starts)
+        del order, by_start
         # when the hole at each segment's start opened: the first send that passed that byte
         step_end = np.concatenate([c.step_end, all_end])
         step_ts = np.concatenate([c.step_ts, d_ts])
