@@ -42,6 +42,20 @@ def sender_segs(cap: Capture, d: str) -> Segments | None:
     return None
 
 
+def shared_passes(cap: Capture) -> None:
+    """The passes over the data sender's segments that both the plots and the diagnosis ask
+    for, made now and kept with the segments (their cache): the payload per connection, the
+    gap between bursts and the bursts. The report makes them before it forks its drawing
+    processes, which then find them made, where each made its own (the payload three times,
+    the bursts twice)."""
+    d = data_dir(cap)
+    segs = sender_segs(cap, d)
+    if segs is None or segs.empty:
+        return
+    data.payload_totals(segs, d)
+    data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+
+
 def one_way_ns(cap: Capture) -> int | None:
     """One-way delay for single-capture ladders: testbed setting, else half the median RTT."""
     v = one_way_ms(cap.meta)

@@ -20,6 +20,7 @@ from istrace.plot.render import (
     KINDS,
     make_plots,
     needs_track,
+    shared_passes,
     split_kinds,
     timeline_shown,
     timeline_spans,
@@ -109,8 +110,9 @@ def report(d: Path, out: Path | None = None,
     # drawn one after the other at the end, the first process idle. The second is forked
     # from the first once matplotlib is loaded (a second of CPU to import, paid once), and
     # the first hands it the spans this process sends.
-    # They are forked before anything beyond the capture's tables is made: each starts at
-    # the size of the tables, not of what this process made and freed after.
+    # They are forked before anything beyond the capture's tables and the shared passes (a
+    # few MB, forked first, the tracer runs beside them) is made: each starts at the size of
+    # the tables, not of what this process made and freed after.
     late = needs_track(cap)
     first, second = split_kinds(late)
 
@@ -132,13 +134,10 @@ def report(d: Path, out: Path | None = None,
                                formats=("png",)))
         relayed()
         return {**made, **rest()}
-    step("plotting (in two more processes, beside the next steps)")
-    feed, plotted = forked.start_fed(plotter, nested=True)
-
     # The timeline's spans (one per command and layer, a minute's are 80 MB to make) in a
-    # fourth, which writes them to the Perfetto trace and hands back those the timeline plot
-    # draws (its window's): it needs neither the tracker nor the diagnosis, nor matplotlib
-    # (40 MB and half a second to import), and no other process holds every span.
+    # process of their own, which writes them to the Perfetto trace and hands back those the
+    # timeline plot draws (its window's): it needs neither the tracker nor the diagnosis, nor
+    # matplotlib (40 MB and half a second to import), and no other process holds every span.
     # The instants first: made after the spans, their making (a bounded million rows, 40 MB
     # at its peak) came on top of the spans held, whose making then peaks alone.
     def tracer() -> tuple[int, pd.DataFrame, tuple[int, int] | None]:
@@ -149,8 +148,13 @@ def report(d: Path, out: Path | None = None,
         n = perfetto.write_trace(d / layout.TRACE_JSON, spans, instants)
         shown, window = timeline_shown(spans)
         return n, shown, window
-    step("timeline spans and the Perfetto trace (in a fourth process)")
+    step("timeline spans and the Perfetto trace (in another process)")
     traced = forked.start(tracer)
+    # what the plots and the diagnosis both read of the segments, made once, beside the tracer
+    step("the payload and the bursts of the data sender's segments")
+    shared_passes(cap)
+    step("plotting (in two more processes, beside the next steps)")
+    feed, plotted = forked.start_fed(plotter, nested=True)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     try:
         # the samples go to track.parquet as they are made; the steps after read them there
