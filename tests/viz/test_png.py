@@ -64,8 +64,10 @@ def _closest(a: np.ndarray, b: np.ndarray) -> float:
                for dy in (-1, 0, 1) for dx in (-1, 0, 1))
 
 
-def test_its_dpi_is_recorded(tmp_path: Path) -> None:
+def test_its_dpi_is_recorded_and_the_figures_kept(tmp_path: Path) -> None:
     fig = _figure("default")
+    own = fig.dpi
     save_png(fig, tmp_path / "f.png", DPI)
+    assert fig.dpi == own != DPI  # as savefig leaves it, for a later SVG or PNG
     plt.close(fig)
     assert round(Image.open(tmp_path / "f.png").info["dpi"][0]) == DPI

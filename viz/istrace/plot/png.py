@@ -25,6 +25,14 @@ PAD_INCHES = 0.1
 def save_png(fig: Figure, path: Path, dpi: float) -> None:
     """`fig.savefig(path, dpi=dpi, bbox_inches="tight")`, zlib's fastest level (the same
     pixels; level 6 was a tenth of the drawing)."""
+    own_dpi = fig.dpi
+    try:
+        _save(fig, path, dpi)
+    finally:
+        fig.set_dpi(own_dpi)  # as savefig leaves it (for a later SVG or PNG of the figure)
+
+
+def _save(fig: Figure, path: Path, dpi: float) -> None:
     fig.set_dpi(dpi)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
