@@ -192,16 +192,18 @@ def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
     return s if not s.empty else None
 
 
-def _pdu_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame, sender: str,
+def _pdu_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame,
                d: str) -> tuple[np.ndarray, np.ndarray] | None:
     """[first, last] segment of each data PDU at the sender, sorted by start."""
     if pdus is None or "pdu" not in pdus.columns:
         return None
-    sp = data.segment_spans(pdus, segs, "pdu", sender, d, key="pdu")
-    if sp.empty:
+    parts = list(data.span_arrays(pdus, segs, d, key="pdu"))
+    start = np.concatenate([np.zeros(0, np.int64), *(p[1] for p in parts)])
+    if not len(start):
         return None
-    sp = sp.sort_values("start_ns")
-    return sp["start_ns"].to_numpy(np.int64), sp["end_ns"].to_numpy(np.int64)
+    end = np.concatenate([p[2] for p in parts])
+    order = np.argsort(start)
+    return start[order], end[order]
 
 
 def _data_on_wire(cmds: pd.DataFrame, pdus: pd.DataFrame | None, segs: pd.DataFrame,
@@ -282,7 +284,7 @@ def account(cap: Capture) -> accounting.Accounting | None:
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
                                       link_busy, _first_loss(cap, d, str(conn)),
-                                      _pdu_spans(pdus, c, seg_host, d), conn=str(conn))
+                                      _pdu_spans(pdus, c, d), conn=str(conn))
     return acc
 
 
