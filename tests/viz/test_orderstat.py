@@ -1,4 +1,4 @@
-"""Exact quantiles over chunks (istrace.report.orderstat) and the accounting's as-of lookup
+"""Exact quantiles over chunks (istrace.capture.orderstat) and the accounting's as-of lookup
 over chunks: the same numbers as numpy on the whole column, whatever the chunking."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from istrace.capture import orderstat
 from istrace.capture.tracksamples import FrameSamples
-from istrace.report import accounting, orderstat
+from istrace.report import accounting
 
 
 def _chunked(x: np.ndarray, size: int) -> orderstat.Chunks:
@@ -83,3 +84,29 @@ def test_samples_in_time_order_per_series() -> None:
     both = pd.concat(s.timed(["ts_ns", "rwnd"], dir="t2i"))
     assert both["ts_ns"].tolist() == [1, 2, 3, 4, 5]
     assert s.rows(dir="i2t") == 0 and list(s.chunks(["ts_ns"], dir="i2t")) == []
+
+
+def test_sample_order_stats_are_the_whole_columns(tmp_path) -> None:
+    """Samples.order_stats over the series `where` picks, in the file a row group at a time:
+    numpy's count, min, median and quantiles of those rows' values, NaN left out."""
+    from istrace.capture.tracksamples import Key, SampleWriter
+    rng = np.random.default_rng(7)
+    keys = [Key("c", "t2i", "target", "estimated"), Key("c", "i2t", "initiator", "estimated")]
+    want = {k: [] for k in keys}
+    with SampleWriter(tmp_path / "track.parquet") as w:
+        for _ in range(5):
+            for k in keys:
+                n = 3000
+                rtt = np.round(rng.lognormal(8, 0.5, n))  # microseconds, many distinct
+                rtt[rng.random(n) < 0.9] = np.nan  # an ACK in tens has a sample
+                w.write(k, {"ts_ns": np.arange(n, dtype=np.int64), "rtt_us": rtt})
+                want[k].append(rtt[~np.isnan(rtt)])
+        s = w.close()
+    for k in keys:
+        x = np.concatenate(want[k])
+        got = s.order_stats("rtt_us", (0.05, 0.99), dir=k.dir, host=k.host)
+        assert got.n == len(x) > 1000
+        assert (got.min, got.median) == (x.min(), np.median(x))
+        assert got.quantiles == {q: float(np.quantile(x, q)) for q in (0.05, 0.99)}
+    empty = s.order_stats("rtt_us", (0.05,), dir="t2i", host="initiator")
+    assert empty.n == 0 and np.isnan(empty.median) and np.isnan(empty.quantiles[0.05])

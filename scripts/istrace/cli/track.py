@@ -17,7 +17,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 from istrace.capture import layout
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments, read_table
 from istrace.capture.load import EmptyCapture, load_capture
@@ -44,11 +43,11 @@ def summary(res: track.TrackResult) -> str:
             part.append(f"cwnd max {top['cwnd']:.0f} seg")
         if top["inflight_bytes"] is not None:
             part.append(f"in flight max {top['inflight_bytes'] / 1024:.0f} KiB")
-        rtt = s.column("rtt_us", **where)
-        if len(rtt):
-            part.append(f"RTT median {np.median(rtt):.0f} us")
-        elif len(srtt := s.column("srtt_us", **where)):
-            part.append(f"srtt median {np.median(srtt):.0f} us")
+        rtt = s.order_stats("rtt_us", **where)
+        if rtt.n:
+            part.append(f"RTT median {rtt.median:.0f} us")
+        elif (srtt := s.order_stats("srtt_us", **where)).n:
+            part.append(f"srtt median {srtt.median:.0f} us")
         lines.append(", ".join(part))
     ev = res.events
     if not ev.empty:

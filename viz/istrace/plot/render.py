@@ -62,9 +62,9 @@ def one_way_ns(cap: Capture) -> int | None:
     if v is not None and v > 0:
         return int(v * 1e6)
     if cap.track is not None and not cap.track.samples.empty:
-        r = cap.track.samples.column("rtt_us")
-        if len(r):
-            return int(np.median(r) * 500)
+        r = cap.track.samples.order_stats("rtt_us")
+        if r.n:
+            return int(r.median * 500)
     return None
 
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace.capture import orderstat
 from istrace.capture.tracksamples import Samples, SamplesLike, as_samples
 from istrace.plot import data
-from istrace.report import orderstat
 
 LOSS_STATES = ("Recovery", "Loss")
 # In flight within 10% of a window counts as that window being full (one MSS of slack at the

@@ -11,13 +11,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace.capture import orderstat
 from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number, one_way_ms
 from istrace.capture.segsource import payload_slices
 from istrace.capture.slices import SLICE_ROWS
 from istrace.plot import data
 from istrace.plot.render import data_dir, sender_segs
-from istrace.report import accounting, orderstat
+from istrace.report import accounting
 from istrace.report.advice import what_would_help
 from istrace.track.echo_rtt import echo_rtt_ms
 
@@ -131,15 +132,14 @@ def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
     receiver say it (istrace.track.echo_rtt)."""
     owd = one_way_ms(cap.meta)
     sender = "target" if d == "t2i" else "initiator"
-    r = pd.Series(dtype=float)
+    r = None
     if cap.track is not None and not cap.track.samples.empty:
         s = cap.track.samples
-        r = pd.Series(s.column("rtt_us", dir=d, host=sender))  # an ACK in tens has one
-        if len(r) < 10:
-            r = pd.Series(s.column("srtt_us", dir=d, host=sender))
-    if len(r) >= 10:
-        p5, lo, mid = (float(r.quantile(0.05)) / 1e3, float(r.min()) / 1e3,
-                       float(r.median()) / 1e3)
+        r = s.order_stats("rtt_us", (0.05,), dir=d, host=sender)  # an ACK in tens has one
+        if r.n < 10:
+            r = s.order_stats("srtt_us", (0.05,), dir=d, host=sender)
+    if r is not None and r.n >= 10:
+        p5, lo, mid = r.quantiles[0.05] / 1e3, r.min / 1e3, r.median / 1e3
     else:
         for host in cap.segs:
             e = echo_rtt_ms(cap.segment_columns(host, ["tsval", "tsecr"]),
