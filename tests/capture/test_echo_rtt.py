@@ -35,3 +35,24 @@ def test_no_timestamps_no_estimate():
     rows = [seg(0, "i2t", 0, 0), seg(20, "t2i", 0, 0), seg(40, "i2t", 0, 0)]
     assert echo_rtt_ms(pd.DataFrame(rows), "i2t")["min_ms"] is None
     assert echo_rtt_ms(pd.DataFrame(columns=["conn", "dir", "ts_ns"]), "i2t")["p5_ms"] is None
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 10**6])
+def test_any_slicing_gives_the_samples_of_the_whole_table(rows):
+    """Read a slice at a time (a full-rate minute's segments are not held), the first
+    departure and the first echo of each value are found across the slices' cuts, on two
+    connections whose timestamp values are the same numbers."""
+    other = "10.0.0.1:5001-10.0.0.2:3260"
+    rows_ = []
+    t = 0.0
+    for k in range(40):
+        for conn, lag in ((CONN, 1.0), (other, 2.5)):
+            rows_.append({**seg(t, "i2t", 200 + k // 2, 0), "conn": conn})  # a tick, twice
+            rows_.append({**seg(t + lag, "t2i", 900 + k, 200 + k // 2), "conn": conn})
+        t += 0.4
+    df = pd.DataFrame(rows_).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+    whole = echo_rtt_samples(df, "i2t", slice_rows=10**9)
+    # each value's first departure and first echo: the lag, never the second copy's
+    assert len(whole) == 40
+    assert sorted(whole.groupby("conn")["rtt_ns"].median().round(-3)) == [1 * MS, 2.5 * MS]
+    pd.testing.assert_frame_equal(echo_rtt_samples(df, "i2t", slice_rows=rows), whole)

@@ -10,33 +10,62 @@ the client's pcap it includes the SYN -> SYN/ACK exchange.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+from istrace.capture.segsource import SegmentsLike, as_segments, row_slices
+from istrace.capture.slices import SLICE_ROWS
+
+_VALUE_BITS = 32  # a TSval is 32 bits: (connection, value) as one int64 key
 
 
-def echo_rtt_samples(segs: pd.DataFrame, out_dir: str) -> pd.DataFrame:
+def _firsts(key: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each distinct key, rising; the earliest time it has)."""
+    if not len(key):
+        return key, ts
+    order = np.lexsort((ts, key))
+    key, ts = key[order], ts[order]
+    first = np.concatenate([[True], key[1:] != key[:-1]])
+    return key[first], ts[first]
+
+
+def echo_rtt_samples(segs: SegmentsLike | None, out_dir: str,
+                     slice_rows: int = SLICE_ROWS) -> pd.DataFrame:
     """Samples (conn, ts_ns of the echo, rtt_ns) for segments sent in `out_dir` from the
-    capture point and echoed back. Needs columns conn, dir, ts_ns, tsval, tsecr."""
+    capture point and echoed back. Needs columns conn, dir, ts_ns, tsval, tsecr. The segments
+    are read a slice at a time, keeping the first time each (connection, timestamp value)
+    left and came back: a few thousand values a second of the TCP clock, where the segments
+    are a hundred thousand a second (a full-rate minute's, as one table with their columns,
+    were 200 MB)."""
     cols = ["conn", "ts_ns", "rtt_ns"]
-    if segs is None or segs.empty or not {"tsval", "tsecr"} <= set(segs.columns):
+    src = as_segments(segs)
+    if src is None or src.empty or not (src.has("tsval") and src.has("tsecr")):
         return pd.DataFrame(columns=cols)
     back = "t2i" if out_dir == "i2t" else "i2t"
-    sent = segs[(segs["dir"] == out_dir) & (segs["tsval"] > 0)]
-    echo = segs[(segs["dir"] == back) & (segs["tsecr"] > 0)]
-    if sent.empty or echo.empty:
-        return pd.DataFrame(columns=cols)
     # The first time each value left, the first time it came back: later copies are
     # retransmissions or later segments of the same clock tick.
-    first_out = sent.groupby(["conn", "tsval"], observed=True)["ts_ns"].min()
-    first_back = echo.groupby(["conn", "tsecr"], observed=True)["ts_ns"].min()
-    first_out.index = first_out.index.set_names(["conn", "ts"])
-    first_back.index = first_back.index.set_names(["conn", "ts"])
-    j = pd.concat({"out": first_out, "back": first_back}, axis=1, join="inner").reset_index()
-    j["rtt_ns"] = j["back"] - j["out"]
-    j = j[j["rtt_ns"] >= 0]
-    return j.rename(columns={"back": "ts_ns"})[cols].sort_values("ts_ns", kind="stable")
+    sides = {"tsval": (src.code("dir", out_dir), []), "tsecr": (src.code("dir", back), [])}
+    for _, _, r in row_slices(src, ["ts_ns", "conn", "dir", "tsval", "tsecr"], slice_rows):
+        for name, (code, found) in sides.items():
+            v = r[name].astype(np.int64)
+            m = (r["dir"] == code) & (v > 0) & (r["conn"] >= 0)
+            key = (r["conn"][m].astype(np.int64) << _VALUE_BITS) | v[m]
+            found.append(_firsts(key, r["ts_ns"][m].astype(np.int64)))
+            if len(found) > 1:  # what the slices so far found, as one
+                k, t = (np.concatenate(x) for x in zip(*found, strict=True))
+                found[:] = [_firsts(k, t)]
+    (k_out, t_out), (k_back, t_back) = (
+        _firsts(*(np.concatenate(x) for x in zip(*f, strict=True))) if f else
+        (np.zeros(0, np.int64),) * 2 for _, f in sides.values())
+    key, i, j = np.intersect1d(k_out, k_back, assume_unique=True, return_indices=True)
+    rtt = t_back[j] - t_out[i]
+    ok = rtt >= 0
+    labels = np.asarray(src.labels("conn"), dtype=object)
+    out = pd.DataFrame({"conn": labels[key[ok] >> _VALUE_BITS], "ts_ns": t_back[j][ok],
+                        "rtt_ns": rtt[ok]})
+    return out.sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
-def echo_rtt_ms(segs: pd.DataFrame, out_dir: str) -> dict[str, float | None]:
+def echo_rtt_ms(segs: SegmentsLike | None, out_dir: str) -> dict[str, float | None]:
     """min, 5th percentile and median of the echo samples, ms (None without timestamps)."""
     s = echo_rtt_samples(segs, out_dir)["rtt_ns"]
     if len(s) < 3:

@@ -142,7 +142,7 @@ def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
         p5, lo, mid = r.quantiles[0.05] / 1e3, r.min / 1e3, r.median / 1e3
     else:
         for host in cap.segs:
-            e = echo_rtt_ms(cap.segment_columns(host, ["tsval", "tsecr"]),
+            e = echo_rtt_ms(cap.segs[host],
                             "i2t" if host == "initiator" else "t2i")
             if e["p5_ms"] is not None:
                 p5, lo, mid = e["p5_ms"], e["min_ms"], e["p50_ms"]
