@@ -509,3 +509,29 @@ def test_the_plots_are_shared_between_two_processes_once_each_and_evenly(late):
     assert not late & set(first + second) and "timeline" not in first_all
     cost = [sum(render.DRAW_COST[k] for k in part) for part in (first_all, second_all)]
     assert abs(cost[0] - cost[1]) < max(render.DRAW_COST.values())
+
+
+def test_tracked_to_file_is_the_tracked_in_memory(tmp_path, monkeypatch):
+    """`istrace plot`'s tracker result, its samples in DIR/track.parquet (not held), is the one
+    held in memory; a directory that cannot be written gets them in a temporary one."""
+    from istrace.capture import layout
+    from istrace.capture.tracksamples import FileSamples
+    from istrace.track import of_capture
+    synth.make_capture(tmp_path, n_cmds=24, qd=2)
+    held = load_tracked(tmp_path).track
+    filed = load_tracked(tmp_path, to_file=True).track
+    assert isinstance(filed.samples, FileSamples)
+    assert filed.samples.path == tmp_path / layout.TRACK
+    # the same rows and values; the file's label columns keep only the labels used
+    same = {"check_categorical": False, "check_dtype": False}
+    pd.testing.assert_frame_equal(filed.samples.frame(), held.samples.frame(), **same)
+    assert len(held.samples.frame()) > 100
+    pd.testing.assert_frame_equal(filed.states, held.states)
+    pd.testing.assert_frame_equal(filed.events, held.events)
+    assert all(p.is_file() for p in layout.track_files(tmp_path / layout.TRACK))
+    (tmp_path / layout.TRACK).unlink()
+    monkeypatch.setattr(of_capture.os, "access", lambda *_: False)
+    elsewhere = load_tracked(tmp_path, to_file=True).track
+    assert not (tmp_path / layout.TRACK).exists()
+    assert elsewhere.samples.path.parent != tmp_path
+    pd.testing.assert_frame_equal(elsewhere.samples.frame(), held.samples.frame(), **same)

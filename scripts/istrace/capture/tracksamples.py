@@ -133,7 +133,12 @@ def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
     out = {}
     for c in parts[0].columns:
         if all(isinstance(p[c].dtype, pd.CategoricalDtype) for p in parts):
-            out[c] = pd.Series(union_categoricals([p[c] for p in parts], ignore_order=True))
+            # a chunk whose labels are all missing has categories of another dtype (none
+            # read: float); union_categoricals refuses to mix them
+            cats = [pd.Categorical.from_codes(p[c].cat.codes,
+                                              pd.Index(p[c].cat.categories, dtype=object))
+                    for p in parts]
+            out[c] = pd.Series(union_categoricals(cats, ignore_order=True))
         else:
             out[c] = pd.concat([p[c] for p in parts], ignore_index=True)
     return pd.DataFrame(out)

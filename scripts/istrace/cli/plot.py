@@ -1,7 +1,9 @@
 """`istrace plot DIR --kind ladder|tcpseq|cwnd|timeline|throughput|resptime|outstanding|all`.
 
 Reads a capture directory (whatever it holds, see istrace.capture.load), writes PNG + SVG per
-plot into DIR/plots/ (or --out), and prints what it made and what input was missing.
+plot into DIR/plots/ (or --out), and prints what it made and what input was missing. The
+tracker's tables it plots from are written beside the capture's (DIR/track.parquet and the
+rest, as `istrace track` writes them), not held in memory: a sample per packet.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"loading {d} ...", file=sys.stderr)
     try:
-        cap = load_tracked(d, ports=ports_of(args))
+        cap = load_tracked(d, ports=ports_of(args), to_file=True)
     except EmptyCapture as exc:
         print(f"istrace plot: {exc}", file=sys.stderr)
         return 2

@@ -92,7 +92,7 @@ def latencies(cap: Any) -> dict[str, dict[str, float]]:
 
 def summarize(d: Path) -> dict[str, Any]:
     """Everything compared about one capture directory (its verdict made if missing)."""
-    cap = load_tracked(d)
+    cap = load_tracked(d, to_file=True)
     v = read_verdict(d) if (d / layout.VERDICT).is_file() else None
     if v is None:
         v = verdict.decide(cap)
