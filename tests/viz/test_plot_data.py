@@ -535,3 +535,44 @@ def test_tracked_to_file_is_the_tracked_in_memory(tmp_path, monkeypatch):
     assert not (tmp_path / layout.TRACK).exists()
     assert elsewhere.samples.path.parent != tmp_path
     pd.testing.assert_frame_equal(elsewhere.samples.frame(), held.samples.frame(), **same)
+
+
+@pytest.mark.parametrize("rows", [7, 1 << 16])
+def test_seq_graph_keeps_the_first_retransmission_of_each_cell(rows, monkeypatch):
+    """Past max_points, of the retransmissions in one cell of the RTX_CELLS grid (time by
+    sequence) only the first is kept, in any chunking; the count is of all of them."""
+    from istrace.plot import seqgraph
+    monkeypatch.setattr(seqgraph, "RTX_CELLS", 8)
+    out = [{"ts_ns": 10**9, "sport": 40000, "dport": 3260, "seq": 99, "ack": 0, "flags": 0x02,
+            "win": 64240, "len": 0, "wscale": 7},
+           {"ts_ns": 10**9 + 1, "sport": 3260, "dport": 40000, "seq": 999, "ack": 100,
+            "flags": 0x12, "win": 65160, "len": 0, "wscale": 7}]
+    rng = np.random.default_rng(3)
+    sent, t = 0, 10**9 + 10
+    for k in range(4000):
+        t += int(rng.integers(1, 1000))
+        back = 1448 * int(rng.integers(1, 30)) if k % 3 == 0 and sent else 0  # many resends
+        out.append({"ts_ns": t, "sport": 3260, "dport": 40000, "seq": 1000 + max(sent - back, 0),
+                    "ack": 100, "flags": 0x18, "win": 500, "len": 1448, "wscale": -1})
+        sent = max(sent, sent - back + 1448)
+    raw = pd.DataFrame(out).assign(frame=0, mss=-1, tsval=-1, tsecr=-1, sack=0,
+                                   src=lambda x: np.where(x["sport"] == 3260, "10.0.0.2",
+                                                          "10.0.0.1"),
+                                   dst=lambda x: np.where(x["sport"] == 3260, "10.0.0.1",
+                                                          "10.0.0.2"))
+    segs = conn_and_dir(raw)
+    conn = "10.0.0.1:40000-10.0.0.2:3260"
+    want = _seq_graph_reference(segs, "t2i", conn)["segments"]
+    rtx = want[want["rtx"]]
+    assert len(rtx) > 1000
+    got = seq_graph(segs, "t2i", max_points=300, conn=conn, rows=rows)["segments"]
+    assert got.attrs["retransmissions"] == len(rtx)
+    t0, t1, top = want["t_ns"].min(), want["t_ns"].max(), want["end"].max()
+
+    def cell(f: pd.DataFrame) -> pd.Series:
+        return ((f["t_ns"] - t0) * 8 // (t1 - t0)).clip(0, 7) * 8 + (f["end"] * 8 // top).clip(0, 7)
+    first = rtx.groupby(cell(rtx)).head(1)  # each cell's first retransmission
+    kept = got[got["rtx"]]
+    # each cell's first is kept; others only as a time bin's first, lowest or highest row
+    assert set(first["t_ns"]) <= set(kept["t_ns"])
+    assert len(kept) < len(rtx) // 4

@@ -167,7 +167,8 @@ def tcpseq(graph: dict[str, pd.DataFrame], title: str = "TCP sequence / time (da
     if (~ok).any():
         ax.add_collection(LineCollection(lines[~ok], colors="tab:red", lw=2.5))
         ax.scatter(tt[~ok], sg["end"].to_numpy()[~ok] * mb, marker="x", color="tab:red",
-                   s=30, label=f"retransmission ({(~ok).sum()})", zorder=3)
+                   s=30, label=f"retransmission ({sg.attrs.get('retransmissions', (~ok).sum())})",
+                   zorder=3)
     if not ak.empty:
         ta = _ms(ak["t_ns"], t0)
         ax.step(ta, ak["ack"] * mb, where="post", color="tab:green", lw=1, label="ACK")

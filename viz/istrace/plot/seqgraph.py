@@ -19,6 +19,10 @@ TCP_SYN, TCP_ACK = 0x02, 0x10
 SEG_COLUMNS = ["t_ns", "start", "end", "rtx"]
 _COLUMNS = ("ts_ns", "seq", "len", "ack", "win", "flags", "wscale")  # what a chunk reads
 ACK_COLUMNS = ["t_ns", "ack", "win_edge"]
+# Past max_points, a retransmission is kept when it is the first in its cell of a grid this
+# many cells wide and high over the graph (finer than its pixels): a lossy minute's 96 000
+# drawn one by one were most of the figure's memory, and they cover the same pixels.
+RTX_CELLS = 2048
 
 
 def seq_graph(segs: SegmentsLike | None, d: str = "t2i", max_points: int = 20000,
@@ -28,7 +32,8 @@ def seq_graph(segs: SegmentsLike | None, d: str = "t2i", max_points: int = 20000
 
     Sequence numbers are relative to the first data byte (each connection has its own: two
     in one graph would mix their numbering). Past `max_points` segments, data are thinned to
-    per-time-bin extremes so a plot stays fast; retransmissions are kept all.
+    per-time-bin extremes so a plot stays fast, and retransmissions to the first in each cell
+    of a RTX_CELLS grid; the segments' attrs["retransmissions"] counts them all.
     """
     empty = {"segments": pd.DataFrame(columns=SEG_COLUMNS),
              "acks": pd.DataFrame(columns=ACK_COLUMNS)}
@@ -48,12 +53,15 @@ def seq_graph(segs: SegmentsLike | None, d: str = "t2i", max_points: int = 20000
     n_seg = n_ack = 0
     t_seg, t_ack = [np.iinfo(np.int64).max, 0], [np.iinfo(np.int64).max, 0]
     ws: dict[str, int | None] = {d: None, rev: None}
-    unwrap_ack = tcpseq.Unwrapper(base)
+    unwrap_ack, unwrap_top = tcpseq.Unwrapper(base), tcpseq.Unwrapper(base)
+    seq_top = 1  # the highest end byte sent: the retransmissions' grid
     for c, data, ack, syn in g.chunks():
         t = c["ts_ns"]
         if data.any():
             n_seg += int(data.sum())
             t_seg = [min(t_seg[0], int(t[data].min())), max(t_seg[1], int(t[data].max()))]
+            seq_top = max(seq_top, int((unwrap_top(c["seq"][data])
+                                        + c["len"][data].astype(np.int64)).max()))
         for dd in (d, rev):
             first = syn & (c["dir"] == g.dir_code[dd])
             if ws[dd] is None and first.any():
@@ -70,6 +78,7 @@ def seq_graph(segs: SegmentsLike | None, d: str = "t2i", max_points: int = 20000
     ack_th = Thinner(n_ack, t_ack[0], t_ack[1], max_points)
     unwrap_seg, unwrap_ack = tcpseq.Unwrapper(base), tcpseq.Unwrapper(base)
     top = np.iinfo(np.int64).min  # the highest end byte before the chunk
+    n_rtx, cells = 0, np.zeros(0, np.int64)  # the grid's cells holding a kept retransmission
     for c, data, ack, _syn in g.chunks():
         if data.any():
             start = unwrap_seg(c["seq"][data])
@@ -77,8 +86,21 @@ def seq_graph(segs: SegmentsLike | None, d: str = "t2i", max_points: int = 20000
             prev = np.maximum.accumulate(np.concatenate([[top], end]))[:-1]
             top = int(prev[-1]) if end[-1] <= prev[-1] else int(end[-1])
             rtx = start < prev
-            seg_th.feed({"t_ns": c["ts_ns"][data].astype(np.int64), "start": start, "end": end,
-                         "rtx": rtx}, "t_ns", "end", keep=rtx)
+            t = c["ts_ns"][data].astype(np.int64)
+            n_rtx += int(rtx.sum())
+            keep = rtx
+            if not seg_th.everything and rtx.any():
+                at = np.flatnonzero(rtx)
+                cell = (((t[at] - t_seg[0]) * RTX_CELLS // max(t_seg[1] - t_seg[0], 1))
+                        .clip(0, RTX_CELLS - 1) * RTX_CELLS
+                        + (end[at] * RTX_CELLS // seq_top).clip(0, RTX_CELLS - 1))
+                fresh, first = np.unique(cell, return_index=True)
+                new = ~np.isin(fresh, cells, assume_unique=True)
+                keep = np.zeros(len(rtx), bool)
+                keep[at[first[new]]] = True
+                cells = np.union1d(cells, fresh[new])
+            seg_th.feed({"t_ns": t, "start": start, "end": end, "rtx": rtx}, "t_ns", "end",
+                        keep=keep)
         if ack.any():
             a = unwrap_ack(c["ack"][ack])
             raw = c["win"][ack].astype(np.int64)
@@ -86,8 +108,9 @@ def seq_graph(segs: SegmentsLike | None, d: str = "t2i", max_points: int = 20000
             ok = a >= 0
             ack_th.feed({"t_ns": c["ts_ns"][ack][ok].astype(np.int64), "ack": a[ok],
                          "win_edge": a[ok] + win[ok]}, "t_ns", "ack")
-    return {"segments": _frame(seg_th, SEG_COLUMNS, n_seg, {"rtx": bool}),
-            "acks": _frame(ack_th, ACK_COLUMNS, n_ack, {})}
+    segments = _frame(seg_th, SEG_COLUMNS, n_seg, {"rtx": bool})
+    segments.attrs["retransmissions"] = n_rtx
+    return {"segments": segments, "acks": _frame(ack_th, ACK_COLUMNS, n_ack, {})}
 
 
 def _frame(th: Thinner, columns: list[str], n: int, kinds: dict[str, type]) -> pd.DataFrame:
