@@ -53,9 +53,8 @@ def echo_rtt_samples(segs: SegmentsLike | None, out_dir: str,
             if len(found) > 1:  # what the slices so far found, as one
                 k, t = (np.concatenate(x) for x in zip(*found, strict=True))
                 found[:] = [_firsts(k, t)]
-    (k_out, t_out), (k_back, t_back) = (
-        _firsts(*(np.concatenate(x) for x in zip(*f, strict=True))) if f else
-        (np.zeros(0, np.int64),) * 2 for _, f in sides.values())
+    none = (np.zeros(0, np.int64),) * 2
+    (k_out, t_out), (k_back, t_back) = (f[0] if f else none for _, f in sides.values())
     key, i, j = np.intersect1d(k_out, k_back, assume_unique=True, return_indices=True)
     rtt = t_back[j] - t_out[i]
     ok = rtt >= 0

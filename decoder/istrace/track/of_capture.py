@@ -44,6 +44,14 @@ def _track(cap: Capture, sink: SampleWriter | None) -> track.TrackResult:
     return res
 
 
+def track_to_file(cap: Capture, out: Path) -> track.TrackResult:
+    """track_capture with its samples in `out` and the states and events written beside
+    (layout.track_files): the three tables the report, `istrace plot` and `compare` read."""
+    res = track_capture(cap, out)
+    write_track_tables(res.samples, res.states, res.events, out)
+    return res
+
+
 def load_tracked(d: str | Path, decode: bool = True, ports: tuple[int, ...] | None = None,
                  to_file: bool = False) -> Capture:
     """A capture with its tracker result in `cap.track` (what plots and the report need).
@@ -60,6 +68,5 @@ def load_tracked(d: str | Path, decode: bool = True, ports: tuple[int, ...] | No
         tmp = tempfile.mkdtemp(prefix="istrace-track-")
         atexit.register(shutil.rmtree, tmp, True)
         out = Path(tmp) / layout.TRACK
-    cap.track = track_capture(cap, out)
-    write_track_tables(cap.track.samples, cap.track.states, cap.track.events, out)
+    cap.track = track_to_file(cap, out)
     return cap

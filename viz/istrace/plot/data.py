@@ -773,8 +773,8 @@ def span_arrays(pdus: pd.DataFrame | None, segs: SegmentsLike | None, d: str = "
         base = int(first["seq"][0])
         a = tcpseq.unwrap(seq[mine], base)
         # each key's range of the stream: its PDUs' lowest start and highest end
-        order = np.argsort(k[mine], kind="stable")
-        ks = k[mine][order]
+        order = np.argsort(km := k[mine], kind="stable")
+        ks = km[order]
         at = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]]))
         lo = np.minimum.reduceat(a[order], at)
         hi = np.maximum.reduceat((a + ln[mine])[order], at)

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
-from istrace.capture.outputs import write_track_tables, write_verdict
+from istrace.capture.outputs import write_verdict
 from istrace.plot.render import (
     KINDS,
     make_plots,
@@ -28,7 +28,7 @@ from istrace.plot.render import (
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
 from istrace.system import forked, freed
-from istrace.track.of_capture import track_capture
+from istrace.track.of_capture import track_to_file
 
 
 def _img(path: Path) -> str:
@@ -158,9 +158,7 @@ def report(d: Path, out: Path | None = None,
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments)")
     try:
         # the samples go to track.parquet as they are made; the steps after read them there
-        cap.track = track_capture(cap, d / layout.TRACK)
-        write_track_tables(cap.track.samples, cap.track.states, cap.track.events,
-                           d / layout.TRACK)
+        cap.track = track_to_file(cap, d / layout.TRACK)
     finally:
         feed(cap.track)  # None if the tracking failed: the plots say it was not run
     # the spans go on to the plotter as soon as the tracer has them (nothing if it failed:
