@@ -6,6 +6,7 @@ in the process."""
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -55,9 +56,9 @@ def _capture(path: Path, seed: int = 1, same_ports: bool = False, sends: int = 2
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["ports", "same-ports"])
-def both(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+def both(request: pytest.FixtureRequest, module_tmp: Callable[[str], Path]
          ) -> tuple[FileSegments, pd.DataFrame]:
-    d = tmp_path_factory.mktemp("segsource")
+    d = module_tmp("segsource")
     binf = segments_file(_capture(d / "initiator.pcap", same_ports=request.param),
                          d / "decoded")
     whole = conn_and_dir(read_segments(binf), PORTS)

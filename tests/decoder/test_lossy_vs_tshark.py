@@ -9,6 +9,8 @@ by TCP sequence number."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from istrace.system.paths import binary
@@ -19,8 +21,8 @@ READS, READ_SIZE, WRITES, WRITE_SIZE = 10, 1 << 20, 6, 512 << 10
 
 
 @pytest.fixture(scope="module")
-def lossy(tmp_path_factory: pytest.TempPathFactory) -> Captured:
-    pcap = tmp_path_factory.mktemp("lossy") / "initiator.pcap"
+def lossy(module_tmp: Callable[[str], Path]) -> Captured:
+    pcap = module_tmp("lossy") / "initiator.pcap"
     with Testbed(TestbedConfig(name="d2lo", lun_mb=8, loss=0.01, delay_ms=1.0)) as tb:
         gen = [str(binary("istrace-gen")), "--portal", tb.portal, "--target", tb.iqn,
                "--quiet", "--timeout", "20"]

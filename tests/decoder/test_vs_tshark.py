@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,8 +164,8 @@ def capture_workloads(tb: Testbed, pcap: Path, work: list[tuple[str, list[str]]]
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Real:
-    pcap = tmp_path_factory.mktemp("vs-tshark") / "initiator.pcap"
+def real(module_tmp: Callable[[str], Path]) -> Real:
+    pcap = module_tmp("vs-tshark") / "initiator.pcap"
     with Testbed(TestbedConfig(name="d2ts", lun_mb=8)) as tb:
         c = capture_workloads(tb, pcap, _workloads(tb), timeout=120)
     return Real(pcap, c.drops, c.unwritten, c.rc, c.out, c.res.pdus, c.res.stderr, c.tsh,

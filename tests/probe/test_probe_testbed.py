@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -23,8 +24,8 @@ from probehelp import ss_samples, traced_read
 
 
 @pytest.fixture(scope="module")
-def read_run(tmp_path_factory: pytest.TempPathFactory):
-    out = tmp_path_factory.mktemp("probe-read")
+def read_run(module_tmp: Callable[[str], Path]):
+    out = module_tmp("probe-read")
     with Testbed(TestbedConfig(name="prbt1", lun_mb=64)) as tb:
         run = traced_read(tb, out, seconds=3.0, ss_samples=100)
     assert run.gen_rc == 0, run.gen_out

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs roo
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory):
-    out = tmp_path_factory.mktemp("scenarios")
+def rows(module_tmp):
+    out = module_tmp("scenarios")
     rows = scenarios.run_suite(out)
     print("\n" + scenarios.table(rows))
     return {r["name"]: r for r in rows}

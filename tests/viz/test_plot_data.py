@@ -15,8 +15,8 @@ from istrace.track.of_capture import load_tracked
 
 
 @pytest.fixture(scope="module")
-def cap1(tmp_path_factory):
-    d = tmp_path_factory.mktemp("qd1")
+def cap1(module_tmp):
+    d = module_tmp("qd1")
     truth = synth.make_capture(d, n_cmds=64, qd=1)
     return load_tracked(d), truth
 

@@ -41,8 +41,8 @@ def _tshark(pcap, *args):
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    out = tmp_path_factory.mktemp("real")
+def real(module_tmp):
+    out = module_tmp("real")
     gen = binary("istrace-gen")
     cfg = testbed.TestbedConfig(name=f"vz{os.getpid() % 10000}", lun_mb=16)
     with testbed.Testbed(cfg) as tb:

@@ -1,0 +1,28 @@
+"""Fixtures every test directory shares."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def module_tmp(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Path]]:
+    """mktemp for a module's captures, removed after the module when none of its tests
+    failed: the scenario suite's, the probe runs' and the bulk reads' captures are 9 GB
+    together, which kept to the session's end all sat on the disk at once."""
+    made: list[Path] = []
+    failed = request.session.testsfailed
+
+    def mktemp(name: str) -> Path:
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+
+    yield mktemp
+    if request.session.testsfailed == failed:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
