@@ -70,10 +70,11 @@ def test_missing_host_label_is_the_files(tmp_path: Path) -> None:
     assert ev is not None and ev["host"].tolist() == ["target"]
 
 
-def test_the_analysed_events_leave_out_socket_io_but_not_the_applications_reads(
+def test_the_held_events_leave_out_socket_io_and_tcp_but_not_the_applications_reads(
         tmp_path: Path) -> None:
-    """load_capture holds events.analysed(): every layer but the system calls, and of those
-    the initiator's reads; Capture.all_events() reads back every one."""
+    """load_capture holds events.held_rows: every layer but the system calls and TCP, and of
+    the system calls the initiator's reads; Capture.tcp_events() reads the TCP layer's,
+    Capture.all_events() every one."""
     from istrace.capture.load import load_capture
 
     ini = [_line(10, "initiator", "recvfrom_exit"), _line(20, "initiator", "read_exit"),
@@ -88,8 +89,10 @@ def test_the_analysed_events_leave_out_socket_io_but_not_the_applications_reads(
         _line(15, "target", "write_exit") + _line(25, "target", "read_exit"))
     cap = load_capture(tmp_path, decode=False)
     got = list(zip(cap.events["ts_ns"], cap.events["event"].astype(str), strict=True))
-    assert got == [(20, "read_exit"), (30, "pread64_exit"), (40, "tcp_probe"),
-                   (50, "bio_queue")]
+    assert got == [(20, "read_exit"), (30, "pread64_exit"), (50, "bio_queue")]
+    tcp = cap.tcp_events()
+    assert tcp is not None and tcp["event"].astype(str).tolist() == ["tcp_probe"]
+    assert tcp["cwnd"].tolist() == [10]
     every = cap.all_events()
     assert every is not None
     assert every["ts_ns"].tolist() == [10, 15, 20, 25, 30, 35, 40, 50]
@@ -193,14 +196,21 @@ def test_the_merged_events_are_the_streams(tmp_path: Path) -> None:
            ev(50, "target", "syscall", "write_exit", bytes=4096)]
     (tmp_path / "events-initiator.jsonl").write_text("".join(ini))
     (tmp_path / "events-target.jsonl").write_text("".join(tgt))
-    streams = load_events(tmp_path, only_analysed=True)
+    streams = load_events(tmp_path, events.held_rows)
+    tcp_streams = load_events(tmp_path, events.tcp_rows)
+    tcp_few = load_events(tmp_path, events.tcp_rows, ["ts_ns", "host", "layer", "cwnd"])
     merge_dir(tmp_path, offset_override=15, log=lambda _m: None)  # the target's rows first
     assert (tmp_path / layout.MERGED).is_file()
     (tmp_path / "events-initiator.jsonl").write_text("")  # read from merged.parquet, or nothing
     (tmp_path / "events-target.jsonl").write_text("")
     cap = load_capture(tmp_path, decode=False)
-    assert streams is not None and cap.events is not None
+    assert streams is not None and cap.events is not None and tcp_streams is not None
     assert cap.events["event"].astype(str).tolist() == [
-        "tcp_probe", "tgt_cmd_queue", "pread64_exit", "cong_state", "tgt_io_done", "cmd_issue",
-        "cmd_done"]
+        "tgt_cmd_queue", "pread64_exit", "tgt_io_done", "cmd_issue", "cmd_done"]
     pd.testing.assert_frame_equal(cap.events, streams)
+    tcp = cap.tcp_events()
+    assert tcp is not None and tcp["event"].astype(str).tolist() == ["tcp_probe", "cong_state"]
+    pd.testing.assert_frame_equal(tcp, tcp_streams)
+    few = cap.tcp_events(["cwnd"])  # what the tracker reads: a few columns, those always
+    assert few is not None and list(few.columns) == ["ts_ns", "host", "layer", "cwnd"]
+    pd.testing.assert_frame_equal(few, tcp_few)

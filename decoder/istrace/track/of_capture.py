@@ -29,11 +29,13 @@ def track_capture(cap: Capture, out: Path | None = None) -> track.TrackResult:
 
 def _track(cap: Capture, sink: SampleWriter | None) -> track.TrackResult:
     res = track.TrackResult()
-    if cap.events is not None:
-        res.extend(track.track_events(cap.events, sink))
+    events = cap.tcp_events(track.PROBE_COLUMNS)
+    if events is not None:
+        res.extend(track.track_events(events, sink))
     else:
         res.notes.append("no probe events (events-*.jsonl): cwnd/ssthresh/CA state unknown, "
                          "pcap estimates only")
+    del events  # a minute's 42 000 TCP samples: not held while the pcaps are tracked
     pdus = cap.main_pdus()
     both = len(cap.segs) == 2
     for host, segs in cap.segs.items():

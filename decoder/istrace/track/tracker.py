@@ -109,6 +109,12 @@ def _const(n: int, value: str) -> pd.Categorical:
     return pd.Categorical.from_codes(np.zeros(n, np.int8), [value])
 
 
+# the probe events' columns track_events reads (the TCP layer's: docs/schema.md §1)
+PROBE_COLUMNS = ("ts_ns", "host", "layer", "event", "conn", "dir", "seq", "ack", "cwnd",
+                 "ssthresh", "srtt_us", "ca_state", "inflight", "rwnd", "snd_wnd", "bytes",
+                 "reason")
+
+
 def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> TrackResult:
     """Exact time series from probe event records (docs/schema.md §1, layer == 'tcp'); the
     samples written to `sink` when given."""

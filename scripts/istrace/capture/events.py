@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ EVENT_COLUMNS = [
     "snd_wnd", "lat_ns", "dev", "reason",
 ]
 EXTRA_COLUMNS = ["tid", "netns", "fd", "ret", "again", "offset", "status", "source"]
+# which rows of a table of events a reader keeps (analysed_rows, held_rows, tcp_rows)
+RowMask = Callable[[pa.Table], pa.ChunkedArray]
 STR_COLUMNS = {"host", "layer", "event", "comm", "conn", "ca_state", "dev", "reason", "source"}
 EVENT_SCHEMA = pa.schema([
     pa.field(c, pa.string() if c in STR_COLUMNS else pa.uint64() if c == "cookie" else pa.int64())
@@ -41,22 +43,30 @@ EVENT_SCHEMA = pa.schema([
 APP_READ_EVENTS = r"^(p?readv?|pread64|preadv2?)(_exit)?$"
 
 
-def analysed(table: pa.Table) -> pa.Table:
-    """The events the analysis holds in memory: every layer's but the system calls', and of
-    those the initiator's reads (APP_READ_EVENTS). The others are the hosts' socket I/O (the
+def analysed_rows(table: pa.Table) -> pa.ChunkedArray:
+    """The events the analysis reads: every layer's but the system calls', and of those the
+    initiator's reads (APP_READ_EVENTS). The others are the hosts' socket I/O (the
     workload's receives, tgtd's writes, one per few packets): two events in three of a
     full-rate capture, which only the timeline and the trace draw, reading them from
     merged.parquet."""
-    return table.filter(analysed_rows(table))
-
-
-def analysed_rows(table: pa.Table) -> pa.ChunkedArray:
-    """Which rows of a table of events analysed() keeps."""
     syscall = pc.fill_null(pc.equal(table["layer"], "syscall"), False)
     read = pc.and_(pc.fill_null(pc.equal(table["host"], "initiator"), False),
                    pc.fill_null(pc.match_substring_regex(table["event"], APP_READ_EVENTS),
                                 False))
     return pc.or_(pc.invert(syscall), read)
+
+
+def tcp_rows(table: pa.Table) -> pa.ChunkedArray:
+    """The TCP layer's events (tcp_probe samples, congestion state changes, retransmits):
+    the tracker's input, and nothing else's."""
+    return pc.fill_null(pc.equal(table["layer"], "tcp"), False)
+
+
+def held_rows(table: pa.Table) -> pa.ChunkedArray:
+    """analysed_rows' events but the TCP layer's: what load_capture holds while the analysis
+    runs. The TCP samples, a row per few ACKs, are two in three of those events (a
+    full-rate minute's 42 000 rows, 8 MB) and only the tracker reads them, when it runs."""
+    return pc.and_(analysed_rows(table), pc.invert(tcp_rows(table)))
 
 
 def host_order(host: str) -> tuple[bool, str]:
@@ -209,14 +219,16 @@ def read_events(path: Path) -> tuple[pd.DataFrame, dict[str, Any], int]:
     return df, meta, lost
 
 
-def load_events(d: Path, only_analysed: bool = False) -> pd.DataFrame | None:
+def load_events(d: Path, keep: RowMask | None = None,
+                columns: Sequence[str] | None = None) -> pd.DataFrame | None:
     """Every host's events of a capture directory as one table in time order (None when there
-    are none), or with `only_analysed` those analysed() keeps; integers with gaps are floats
-    (NaN), as analysis code expects."""
+    are none), or those the mask `keep` picks (analysed_rows, held_rows, tcp_rows), with
+    `columns` only when given (ts_ns among them); integers with gaps are floats (NaN), as
+    analysis code expects."""
     tables = []
     for host in event_hosts(d):
         for table in EventStream(events_file(d, host)):
-            tables.append(_kept(table, host, only_analysed))
+            tables.append(_kept(table, host, keep, columns))
     if not tables:
         return None
     # joined and put in time order as Arrow tables (a stable sort: equal times in host_order,
@@ -234,15 +246,18 @@ def event_hosts(d: Path) -> list[str]:
     return sorted({layout.events_host(f) for f in layout.events_files(d)}, key=host_order)
 
 
-def _kept(table: pa.Table, host: str, only_analysed: bool) -> pa.Table:
-    """A block of a host's events as load_events holds it: host filled in, analysed()'s share
+def _kept(table: pa.Table, host: str, keep: RowMask | None,
+          columns: Sequence[str] | None) -> pa.Table:
+    """A block of a host's events as load_events holds it: host filled in, `keep`'s share
     when asked, text dictionary-encoded (a minute's 330 000 events repeat a few dozen names,
     which as strings were 40% of the table, and become categoricals), a block at a time so
     that neither the text nor the dropped events are ever held whole."""
     i = table.schema.get_field_index("host")
     table = table.set_column(i, "host", pc.fill_null(table["host"], host))
-    if only_analysed:
-        table = analysed(table)
+    if keep is not None:
+        table = table.filter(keep(table))
+    if columns is not None:
+        table = table.select([c for c in table.column_names if c in set(columns)])
     for j, f in enumerate(table.schema):
         if pa.types.is_string(f.type):
             table = table.set_column(j, f.name, pc.dictionary_encode(table[f.name]))

@@ -25,10 +25,12 @@ from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, DecodeError, read_tabl
 from istrace.capture.decoderun import decode_to_dir
 from istrace.capture.events import (
     EVENT_SCHEMA,
-    analysed_rows,
+    RowMask,
     event_hosts,
+    held_rows,
     host_order,
     load_events,
+    tcp_rows,
     with_sorted_labels,
 )
 from istrace.capture.hoststats import load_hoststats
@@ -54,10 +56,12 @@ class Capture:
     # host -> its TCP segments, read from segments.bin a slice at a time (a table given here
     # is wrapped: istrace.capture.segsource)
     segs: dict[str, Segments] = field(default_factory=dict)
-    # probe events, both hosts: load_capture keeps those the analysis reads (events.analysed:
-    # not the hosts' socket I/O system calls); all_events() reads every one
+    # probe events, both hosts: load_capture keeps those the analysis reads but the TCP
+    # layer's (events.held_rows: not the hosts' socket I/O system calls, not the TCP samples,
+    # which tcp_events() reads when the tracker runs); all_events() reads every one
     events: pd.DataFrame | None = None
-    events_complete: bool = True  # False: `events` is events.analysed()'s share
+    events_complete: bool = True  # False: `events` is events.held_rows' share
+    tcp_held: bool = True         # False: `events` has none of the TCP layer's events
     sockstats: pd.DataFrame | None = None   # sampled tcp_info of the iSCSI sockets (ss -ti)
     cpu: pd.DataFrame | None = None         # sampled CPU use per CPU and process
     # merged.parquet's columns (none: no readable merged.parquet); read_merged reads the rows
@@ -107,6 +111,14 @@ class Capture:
         if self.events is not None:
             self.events = None
             self.events_complete = False
+
+    def tcp_events(self, columns: Sequence[str] | None = None) -> pd.DataFrame | None:
+        """The TCP layer's probe events (the tracker's input): those in `events` when it holds
+        them, else read now, from merged.parquet or the streams, with `columns` of theirs
+        only when given (ts_ns, host and layer always; None: no events at all)."""
+        if self.tcp_held:
+            return self.events
+        return _read_events(self.dir, self.merged_columns, tcp_rows, columns)
 
     def all_events(self) -> pd.DataFrame | None:
         """Every probe event, the socket I/O system calls too: `events` when it holds them
@@ -216,8 +228,8 @@ def load_capture(d: str | Path, decode: bool = True,
             cap.warnings.append(f"merged.parquet unreadable: {exc}")
     else:
         cap.missing.append("merged.parquet (istrace merge): layers aligned from raw tables")
-    cap.events = _analysed_events(d, cap.merged_columns)
-    cap.events_complete = False
+    cap.events = _read_events(d, cap.merged_columns, held_rows)
+    cap.events_complete = cap.tcp_held = False
     if cap.events is None:
         cap.missing.append("probe events (events-*.jsonl): no syscall/block/SCSI layers, "
                            "no exact cwnd/CA state")
@@ -233,27 +245,30 @@ def load_capture(d: str | Path, decode: bool = True,
 EVENT_NAMES = [f.name for f in EVENT_SCHEMA if f.name != "lost"]
 
 
-def _analysed_events(d: Path, merged_columns: list[str]) -> pd.DataFrame | None:
-    """events.analysed()'s share of the probe events, as load_events gives it: read from
-    merged.parquet when the merge put every stream's events there (its columns: the streams'
-    JSON was parsed by the merge, and parsing it again was 0.28 s of the 20 s capture's 0.40 s
-    load, on the way to every step), else from the streams."""
+def _read_events(d: Path, merged_columns: list[str], keep: RowMask,
+                 columns: Sequence[str] | None = None) -> pd.DataFrame | None:
+    """The probe events `keep` picks (their `columns`, else all), as load_events gives them:
+    read from merged.parquet when the merge put every stream's events there (its columns:
+    the streams' JSON was parsed by the merge, and parsing it again was 0.28 s of the 20 s
+    capture's 0.40 s load, on the way to every step), else from the streams."""
+    names = EVENT_NAMES if columns is None else \
+        [c for c in EVENT_NAMES if c in {"ts_ns", "host", "layer", *columns}]
     hosts = event_hosts(d)
     if not hosts or not set(hosts) <= set(HOSTS) or not set(EVENT_NAMES) <= set(merged_columns):
-        return load_events(d, only_analysed=True)
+        return load_events(d, keep, names)
     try:
-        ev = read_merged(d, EVENT_NAMES, probe_rows_only=True, keep=analysed_rows)
+        ev = read_merged(d, names, probe_rows_only=True, keep=keep)
     except (OSError, ValueError):
         ev = pd.DataFrame()
     if ev.empty:  # none kept: whether the streams have any is theirs to say
-        return load_events(d, only_analysed=True)
+        return load_events(d, keep, names)
     # the streams' order: time, then the hosts' order, then each host's stream order (which
     # the merge's stable sort kept among a host's equal times)
     rank = pd.Series({h: k for k, h in enumerate(sorted(HOSTS, key=host_order))})
     ev["_rank"] = ev["host"].astype(object).map(rank).to_numpy()
     ev = ev.sort_values(["ts_ns", "_rank"], kind="stable", ignore_index=True)
     ev = ev.drop(columns="_rank")
-    if ev["cookie"].dtype == np.int64:  # the streams' socket cookies are unsigned
+    if "cookie" in ev.columns and ev["cookie"].dtype == np.int64:  # the streams' are unsigned
         ev["cookie"] = ev["cookie"].astype(np.uint64)
     return with_sorted_labels(ev)
 
