@@ -10,7 +10,7 @@ run on a pcap that has none). Each table may be missing;
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,15 +285,35 @@ def read_merged(d: Path, columns: list[str] | None = None, probe_rows_only: bool
                               filters=[("source", "=", "probe")] if probe_rows_only else None)
     else:  # a row group at a time, each cut to the rows kept before the next is read
         pf = pq.ParquetFile(d / layout.MERGED)
+        parts = list(_kept_groups(pf, columns, probe_rows_only, keep))
         names = list(columns) if columns is not None else pf.schema_arrow.names
-        read = names + (["source"] if probe_rows_only and "source" not in names else [])
-        parts = []
-        for i in range(pf.num_row_groups):
-            g = pf.read_row_group(i, columns=read)
-            if probe_rows_only:
-                g = g.filter(pc.fill_null(pc.equal(g["source"], "probe"), False))
-            parts.append(g.filter(keep(g)).select(names))
         table = pa.concat_tables(parts) if parts else pf.schema_arrow.empty_table().select(names)
+    return _frame(table)
+
+
+def merged_blocks(d: Path, columns: list[str], keep: Callable[[pa.Table], Any],
+                  probe_rows_only: bool = True) -> Iterator[pd.DataFrame]:
+    """read_merged's rows a row group at a time (those `keep` picks of each; none of a
+    group that keeps none), in the file's order: for a step that makes something of each
+    row on its own, and never holds a minute's rows at once."""
+    pf = pq.ParquetFile(d / layout.MERGED)
+    for table in _kept_groups(pf, columns, probe_rows_only, keep):
+        if table.num_rows:
+            yield _frame(table)
+
+
+def _kept_groups(pf: pq.ParquetFile, columns: list[str] | None, probe_rows_only: bool,
+                 keep: Callable[[pa.Table], Any]) -> Iterator[pa.Table]:
+    names = list(columns) if columns is not None else pf.schema_arrow.names
+    read = names + (["source"] if probe_rows_only and "source" not in names else [])
+    for i in range(pf.num_row_groups):
+        g = pf.read_row_group(i, columns=read)
+        if probe_rows_only:
+            g = g.filter(pc.fill_null(pc.equal(g["source"], "probe"), False))
+        yield g.filter(keep(g)).select(names)
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
     strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
     # each Arrow column freed as it is converted: a minute's events were held twice over
     return table.to_pandas(categories=strings, split_blocks=True, self_destruct=True)

@@ -623,6 +623,22 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
     event's cmd_id (merged trace), else by the iSCSI task tag, the LBA or the LUN file offset
     (the merger's rules, istrace.capture.attribution), else stay empty.
     """
+    frames = _command_frames(commands_i, commands_t, offset_ns)
+    frames.append(_event_frame(events, commands_i, offset_ns))
+    return _in_time_order(frames)
+
+
+def event_spans(events: pd.DataFrame | None, commands_i: pd.DataFrame | None,
+                offset_ns: int = 0) -> pd.DataFrame:
+    """timeline_spans' spans of probe events alone (`commands_i` ties them to commands): the
+    events of a system call each make one span of their own (none is paired), so those can
+    be made a block at a time."""
+    return _in_time_order([_event_frame(events, commands_i, offset_ns)])
+
+
+def _command_frames(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | None,
+                    offset_ns: int) -> list[pd.DataFrame]:
+    """The iSCSI rows' and the wire's spans, of the decoded commands."""
     frames = []
     if commands_i is not None and not commands_i.empty:
         c = commands_i
@@ -654,41 +670,52 @@ def timeline_spans(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | N
             "end_ns": c.get("resp_ts_ns", pd.Series(np.nan, c.index)) - offset_ns,
             "cmd": cmd, "bytes": c.get("xfer_bytes", pd.Series(np.nan, c.index)),
             "label": c.get("cdb_name", pd.Series("", c.index))}))
-    if events is not None and not events.empty and "lat_ns" in events.columns:
-        events = _tie_events(events, commands_i, offset_ns)
-        lat_all = pd.to_numeric(events["lat_ns"], errors="coerce").to_numpy(np.float64,
-                                                                             na_value=np.nan)
-        ev = events[lat_all >= 0]
-        paired = _paired_spans(events)
-        if not paired.empty:
-            ev = pd.concat([ev, paired], ignore_index=True)
-        if not ev.empty:
-            # Work on the few distinct (host, layer, event) triples, as integer codes, not on
-            # millions of strings. Target file I/O and block work is the backing store (tgtd's
-            # preads of the LUN file); its socket reads/writes stay out of the picture.
-            parts = [_labels(ev[c]) for c in ("host", "layer", "event")]
-            (hc, hu), (lc, lu), (ec, eu) = parts
-            nl, ne = len(lu), len(eu)
-            combined = (hc.astype(np.int64) * nl + lc) * ne + ec
-            uniq, inv = np.unique(combined, return_inverse=True)
-            rows_u = np.array([_row_of(hu[x // (nl * ne)], lu[(x // ne) % nl], eu[x % ne])
-                               for x in uniq], dtype=object)
-            is_tgt = hc == np.flatnonzero(hu == "target")[0] if (hu == "target").any() else \
-                np.zeros(len(hc), bool)
-            ts = ev["ts_ns"].to_numpy(np.int64) - np.where(is_tgt, offset_ns, 0)
-            cmd = ev["cmd_id"] if "cmd_id" in ev.columns else pd.Series(np.nan, ev.index)
-            cmd = _cmd_by_lba(ev, pd.to_numeric(cmd, errors="coerce").astype(float),
-                              commands_i, offset_ns)
-            lat = pd.to_numeric(ev["lat_ns"], errors="coerce").to_numpy(np.float64,
-                                                                        na_value=np.nan)
-            byt = (pd.to_numeric(ev["bytes"], errors="coerce").to_numpy(np.float64,
+    return frames
+
+
+def _event_frame(events: pd.DataFrame | None, commands_i: pd.DataFrame | None,
+                 offset_ns: int) -> pd.DataFrame:
+    """The spans of probe events: those that close something (lat_ns), and the pairs."""
+    if events is None or events.empty or "lat_ns" not in events.columns:
+        return pd.DataFrame(columns=SPAN_COLUMNS)
+    events = _tie_events(events, commands_i, offset_ns)
+    lat_all = pd.to_numeric(events["lat_ns"], errors="coerce").to_numpy(np.float64,
                                                                          na_value=np.nan)
-                   if "bytes" in ev.columns else np.full(len(ev), np.nan))
-            frames.append(pd.DataFrame({
-                "row": _cat_from(inv, rows_u), "host": _cat_from(hc, hu),
-                "layer": _cat_from(lc, lu), "start_ns": ts - lat.astype(np.int64),
-                "end_ns": ts, "cmd": cmd.to_numpy(np.float64), "bytes": byt,
-                "label": _cat_from(ec, eu)}))
+    ev = events[lat_all >= 0]
+    paired = _paired_spans(events)
+    if not paired.empty:
+        ev = pd.concat([ev, paired], ignore_index=True)
+    if ev.empty:
+        return pd.DataFrame(columns=SPAN_COLUMNS)
+    # Work on the few distinct (host, layer, event) triples, as integer codes, not on
+    # millions of strings. Target file I/O and block work is the backing store (tgtd's
+    # preads of the LUN file); its socket reads/writes stay out of the picture.
+    parts = [_labels(ev[c]) for c in ("host", "layer", "event")]
+    (hc, hu), (lc, lu), (ec, eu) = parts
+    nl, ne = len(lu), len(eu)
+    combined = (hc.astype(np.int64) * nl + lc) * ne + ec
+    uniq, inv = np.unique(combined, return_inverse=True)
+    rows_u = np.array([_row_of(hu[x // (nl * ne)], lu[(x // ne) % nl], eu[x % ne])
+                       for x in uniq], dtype=object)
+    is_tgt = hc == np.flatnonzero(hu == "target")[0] if (hu == "target").any() else \
+        np.zeros(len(hc), bool)
+    ts = ev["ts_ns"].to_numpy(np.int64) - np.where(is_tgt, offset_ns, 0)
+    cmd = ev["cmd_id"] if "cmd_id" in ev.columns else pd.Series(np.nan, ev.index)
+    cmd = _cmd_by_lba(ev, pd.to_numeric(cmd, errors="coerce").astype(float),
+                      commands_i, offset_ns)
+    lat = pd.to_numeric(ev["lat_ns"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    byt = (pd.to_numeric(ev["bytes"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+           if "bytes" in ev.columns else np.full(len(ev), np.nan))
+    return pd.DataFrame({
+        "row": _cat_from(inv, rows_u), "host": _cat_from(hc, hu),
+        "layer": _cat_from(lc, lu), "start_ns": ts - lat.astype(np.int64),
+        "end_ns": ts, "cmd": cmd.to_numpy(np.float64), "bytes": byt,
+        "label": _cat_from(ec, eu)})
+
+
+def _in_time_order(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The spans of `frames` in a timeline row, by start time, ends filled in."""
+    frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     out = concat_spans(frames)

@@ -6,13 +6,16 @@ both call it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from istrace.capture.load import Capture, read_merged
+from istrace.capture.events import APP_READ_EVENTS, analysed_rows
+from istrace.capture.load import Capture, merged_blocks, read_merged
 from istrace.capture.meta import one_way_ms
 from istrace.capture.segsource import Segments
 from istrace.plot import data
@@ -151,9 +154,14 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
             else:
                 fig = plots.cwnd(tr.samples, tr.states, tr.events, data.throughput(segs, d), d)
         elif kind == "timeline":
-            if spans is None:
-                spans = timeline_spans(cap)
-            w = window or span_window or default_timeline_window(spans)
+            if spans is None:  # those in the window: the socket I/O's a block at a time
+                parts = span_parts(cap)
+                w = window or default_timeline_window(parts.held)
+                spans = parts.every() if w is None else _by_start(data.concat_spans(
+                    [data.spans_in(b, w) for b in (parts.held, *parts.socket_io())]))
+                del parts
+            else:
+                w = window or span_window or default_timeline_window(spans)
             fig = plots.timeline(spans, w)
         elif kind == "throughput":
             series = {}
@@ -174,25 +182,54 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
     return made
 
 
-def timeline_spans(cap: Capture) -> pd.DataFrame:
+@dataclass
+class SpanParts:
+    """The timeline's spans in two parts. `held`: every span but those of the hosts' socket
+    I/O system calls (events.analysed_rows leaves them out): a few per command. Those are
+    one per few packets (115 000 of a full-rate minute's 148 000 spans), each made of one
+    event alone: `socket_io()` makes them a row group of merged.parquet at a time, each
+    block in time order; `socket_io_start` is the earliest start among them. Without
+    merged.parquet, `held` has them all."""
+    held: pd.DataFrame
+    socket_io: Callable[[], Iterator[pd.DataFrame]] = lambda: _no_spans()
+    socket_io_start: int | None = None
+
+    def every(self) -> pd.DataFrame:
+        """Both parts as one table, in time order."""
+        return _by_start(data.concat_spans([self.held, *self.socket_io()]))
+
+
+def span_parts(cap: Capture) -> SpanParts:
+    """The timeline's spans (SpanParts): the probe events' from merged.parquet, tied to their
+    commands there, else from the streams; the commands'; and from the pcaps when each
+    command's data crossed each end's TCP and the wire."""
+    socket_io: Callable[[], Iterator[pd.DataFrame]] = _no_spans
     ev = None
     if "cmd_id" in cap.merged_columns:
         # the probe events tied to their commands (read here: nothing else needs them), the
         # columns the spans are made of (all 38 held the events twice over beside cap.events)
+        columns = [c for c in data.TIMELINE_EVENT_COLUMNS if c in cap.merged_columns]
         try:
-            m = read_merged(cap.dir, [c for c in data.TIMELINE_EVENT_COLUMNS
-                                      if c in cap.merged_columns], probe_rows_only=True,
-                            keep=_span_rows)
+            m = read_merged(cap.dir, columns, probe_rows_only=True, keep=_held_span_rows)
         except (OSError, ValueError):  # its schema read at load, its rows not: the raw events
-            m = pd.DataFrame()
+            m = None
         freed.give_back()  # the row groups read and cut (a minute's: 20 MB beside the rows)
-        if len(m):  # only probe rows were read: the table is ours to change, not copied
-            m["ts_ns"] = m["ts_ns_merged"] + np.where(m["host"] == "target", cap.offset_ns, 0)
-            ev = m
+        if m is not None:
+            commands = cap.commands.get("initiator")
+
+            def socket_io() -> Iterator[pd.DataFrame]:
+                for block in merged_blocks(cap.dir, columns, _socket_io_span_rows):
+                    yield data.event_spans(_on_initiator_clock(block, cap.offset_ns), commands,
+                                           cap.offset_ns)
+            if len(m) or any(len(b) for b in socket_io()):
+                ev = _on_initiator_clock(m, cap.offset_ns)
     if ev is None:  # not merged: every event, the socket I/O system calls too
         ev = cap.all_events()
+        socket_io = _no_spans
+    starts = [int(b["start_ns"].min()) for b in socket_io() if len(b)]
     spans = data.timeline_spans(cap.commands.get("initiator"), cap.commands.get("target"),
                                 ev, cap.offset_ns)
+    del ev
     # From the pcaps: when each command's data crossed each end's TCP and the wire.
     d = data_dir(cap)
     pi, pt = cap.pdus.get("initiator"), cap.pdus.get("target")
@@ -212,12 +249,31 @@ def timeline_spans(cap: Capture) -> pd.DataFrame:
         wire = wire.assign(row="wire", host="wire", layer="net", label="data on the wire")
         have_tcp_probe = spans["row"].isin(["initiator TCP", "target TCP"]).any()
         extra = [wire[data.SPAN_COLUMNS]] + ([] if have_tcp_probe else seg_rows)
-        spans = data.concat_spans([spans[spans["row"] != "wire"]] + extra)
-        spans = spans.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    return spans
+        spans = _by_start(data.concat_spans([spans[spans["row"] != "wire"]] + extra))
+    return SpanParts(spans, socket_io, min(starts) if starts else None)
 
 
-def _span_rows(t: pa.Table) -> pa.ChunkedArray:
+def _no_spans() -> Iterator[pd.DataFrame]:
+    return iter(())
+
+
+def timeline_spans(cap: Capture) -> pd.DataFrame:
+    """Every span of the timeline, in time order (span_parts, both parts as one table)."""
+    return span_parts(cap).every()
+
+
+def _by_start(spans: pd.DataFrame) -> pd.DataFrame:
+    return spans.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _on_initiator_clock(m: pd.DataFrame, offset_ns: int) -> pd.DataFrame:
+    """merged.parquet's probe rows with ts_ns, their time on the initiator's clock (the
+    table is the caller's to change: read for this, never shared)."""
+    m["ts_ns"] = m.pop("ts_ns_merged") + np.where(m["host"] == "target", offset_ns, 0)
+    return m
+
+
+def span_rows(t: pa.Table) -> pa.ChunkedArray:
     """Which of merged.parquet's probe rows data.timeline_spans uses (data.span_events),
     picked before they become a pandas table: of a minute's 329 000, 149 000."""
     names = ["host", "layer", "event"]
@@ -233,6 +289,14 @@ def _span_rows(t: pa.Table) -> pa.ChunkedArray:
     return pc.fill_null(pc.or_(pc.and_(among(drawn), with_lat), among(paired)), False)
 
 
+def _held_span_rows(t: pa.Table) -> pa.ChunkedArray:
+    return pc.and_(span_rows(t), analysed_rows(t))
+
+
+def _socket_io_span_rows(t: pa.Table) -> pa.ChunkedArray:
+    return pc.and_(span_rows(t), pc.invert(analysed_rows(t)))
+
+
 def _spans_inside(start: np.ndarray, end: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """For each span [start, end], how many of the spans [s, e] lie inside it: those that
     start within it (a search in the sorted starts) and end by its end."""
@@ -246,22 +310,31 @@ def _spans_inside(start: np.ndarray, end: np.ndarray, s: np.ndarray, e: np.ndarr
     return out
 
 
-def timeline_shown(spans: pd.DataFrame) -> tuple[pd.DataFrame, tuple[int, int] | None]:
+def timeline_shown(spans: pd.DataFrame | SpanParts
+                   ) -> tuple[pd.DataFrame, tuple[int, int] | None]:
     """The spans the timeline plot draws by default and its window (default_timeline_window;
     every span when it has none): what the plot needs of a capture's spans, a few hundred
-    of a minute's million."""
-    w = default_timeline_window(spans)
+    of a minute's 150 000. Of SpanParts, the window is the held spans' (it is found among
+    the application's reads, which are held), and only the socket I/O spans inside it are
+    kept, a block at a time."""
+    parts = spans if isinstance(spans, SpanParts) else SpanParts(spans)
+    w = default_timeline_window(parts.held)
     if w is None:
-        return spans, None
-    return data.spans_in(spans, w).reset_index(drop=True), w
+        return parts.every(), None
+    return _by_start(data.concat_spans([data.spans_in(b, w) for b in
+                                        (parts.held, *parts.socket_io())])), w
 
 
 def default_timeline_window(spans: pd.DataFrame, commands: int = 64) -> tuple[int, int] | None:
-    """First syscall (if any) or the first `commands` commands: the study's fig. 2 view."""
+    """The first application read spanning commands (if any) or the first `commands`
+    commands: the study's fig. 2 view."""
     if spans.empty:
         return None
-    # The first syscall that spans whole commands (the study's 2 MB read()), if any.
-    sc = spans[spans["row"] == "initiator syscall"].dropna(subset=["start_ns", "end_ns"])
+    # The first of the application's reads that spans whole commands (the study's 2 MB
+    # read()), if any; the socket I/O of a user-space initiator is not the application's.
+    sc = spans[(spans["row"] == "initiator syscall").to_numpy(bool)
+               & spans["label"].astype(str).str.match(APP_READ_EVENTS).to_numpy(bool)]
+    sc = sc.dropna(subset=["start_ns", "end_ns"])
     isc = spans[spans["row"] == "initiator iSCSI"].dropna(subset=["start_ns", "end_ns"])
     if not sc.empty and not isc.empty:
         covers = _spans_inside(sc["start_ns"].to_numpy(np.int64), sc["end_ns"].to_numpy(np.int64),

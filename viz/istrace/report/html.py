@@ -21,9 +21,9 @@ from istrace.plot.render import (
     make_plots,
     needs_track,
     shared_passes,
+    span_parts,
     split_kinds,
     timeline_shown,
-    timeline_spans,
 )
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
@@ -140,13 +140,20 @@ def report(d: Path, out: Path | None = None,
     # matplotlib (40 MB and half a second to import), and no other process holds every span.
     # The instants first: made after the spans, their making (a bounded million rows, 40 MB
     # at its peak) came on top of the spans held, whose making then peaks alone.
+    # The socket I/O system calls' spans (one per few packets) are made a block at a time as
+    # they are written, and again for those the plot shows: never all at once.
     def tracer() -> tuple[int, pd.DataFrame, tuple[int, int] | None]:
         cap.release_events()  # the trace's are merged.parquet's (or all_events(), read anew)
         instants = perfetto.merged_instants(cap)
         freed.give_back()
-        spans = timeline_spans(cap)
-        n = perfetto.write_trace(d / layout.TRACE_JSON, spans, instants)
-        shown, window = timeline_shown(spans)
+        parts = span_parts(cap)
+        cap.pdus.clear()  # the spans are made: nothing after reads the PDUs (a minute's 10 MB)
+        freed.give_back()
+        n = perfetto.write_trace(d / layout.TRACE_JSON, parts.held, instants,
+                                 more_spans=parts.socket_io(),
+                                 more_start=parts.socket_io_start)
+        del instants
+        shown, window = timeline_shown(parts)
         return n, shown, window
     step("timeline spans and the Perfetto trace (in another process)")
     traced = forked.start(tracer)

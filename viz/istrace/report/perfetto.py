@@ -7,7 +7,9 @@ become instant ("i") events on their layer's track.
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -194,20 +196,25 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
 
 def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame | None,
                 max_instants: int = MAX_INSTANTS, chunk: int = 25_000,
-                span_chunk: int = 10_000) -> int:
-    """Write the trace: spans (data.SPAN_COLUMNS) as complete events, instants (ts_ns, host,
-    layer, event) as instant events on their layer's track, times in us from the earliest.
-    The instants are formatted and written a chunk at a time, column-wise: a million of
-    them as dicts took seconds, as one list of strings hundreds of MB. Returns the count."""
+                span_chunk: int = 10_000, more_spans: Iterable[pd.DataFrame] = (),
+                more_start: int | None = None) -> int:
+    """Write the trace: spans (data.SPAN_COLUMNS) as complete events, then those of
+    `more_spans` (blocks made as they are written, the earliest starting at `more_start`),
+    instants (ts_ns, host, layer, event) as instant events on their layer's track, times in
+    us from the earliest. The instants are formatted and written a chunk at a time,
+    column-wise: a million of them as dicts took seconds, as one list of strings hundreds
+    of MB. Returns the count."""
     spans = spans if spans is not None else pd.DataFrame(columns=data.SPAN_COLUMNS)
     ins = _bounded(instants, max_instants) if instants is not None and not instants.empty \
         else None
     starts = [int(spans["start_ns"].min())] if not spans.empty else []
+    if more_start is not None:
+        starts.append(more_start)
     if ins is not None:
         ts = ins["ts_ns"].to_numpy(np.int64)
         starts.append(int(ts.min()))
     t0 = min(starts) if starts else 0
-    n = len(spans)
+    n = 0
     used: set[tuple[str, str]] = set()
     with open(path, "wb") as f:
         f.write(b'{"traceEvents":[')
@@ -215,12 +222,14 @@ def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame |
         # took half a minute on a million events; a chunk's dicts at a time (a minute's
         # 170 000 spans as dicts were 200 MB, 100 000 of them 110 MB)
         first = True
-        for i in range(0, len(spans), span_chunk):
-            head, here = _span_events(spans.iloc[i:i + span_chunk], t0)
-            used |= here
-            f.write((("" if first else ",")
-                     + json.dumps(head, separators=(",", ":"))[1:-1]).encode())
-            first = False
+        for block in itertools.chain([spans], more_spans):
+            n += len(block)
+            for i in range(0, len(block), span_chunk):
+                head, here = _span_events(block.iloc[i:i + span_chunk], t0)
+                used |= here
+                f.write((("" if first else ",")
+                         + json.dumps(head, separators=(",", ":"))[1:-1]).encode())
+                first = False
         if ins is not None:
             codes, kinds = _kinds(ins)
             used.update((h, la) for h, la, _ in kinds)
