@@ -35,7 +35,7 @@ def _track(cap: Capture, sink: SampleWriter | None) -> track.TrackResult:
     else:
         res.notes.append("no probe events (events-*.jsonl): cwnd/ssthresh/CA state unknown, "
                          "pcap estimates only")
-    del events  # a minute's 42 000 TCP samples: not held while the pcaps are tracked
+    del events  # a minute's 49 000 TCP events: not held while the pcaps are tracked
     pdus = cap.main_pdus()
     both = len(cap.segs) == 2
     for host, segs in cap.segs.items():

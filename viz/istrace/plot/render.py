@@ -186,7 +186,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
 class SpanParts:
     """The timeline's spans in two parts. `held`: every span but those of the hosts' socket
     I/O system calls (events.analysed_rows leaves them out): a few per command. Those are
-    one per few packets (115 000 of a full-rate minute's 148 000 spans), each made of one
+    one per few packets (123 000 of a full-rate minute's 148 000 spans), each made of one
     event alone: `socket_io()` makes them a row group of merged.parquet at a time, each
     block in time order; `socket_io_start` is the earliest start among them. Without
     merged.parquet, `held` has them all."""
