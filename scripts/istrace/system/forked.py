@@ -29,7 +29,7 @@ def start(fn: Callable[[], T], nested: bool = False) -> Callable[[], T]:
     once); the returned call waits for its result. What fn raised is raised by that call, as
     the same exception (the forked process's traceback added as a note): a caller handles
     an OSError the same wherever fn ran. `nested`: as start_fed's."""
-    if not _can_fork():
+    if not can_fork():
         try:
             value = fn()
         except Exception as exc:  # noqa: BLE001 - raised by the wait, as a forked one is
@@ -50,7 +50,7 @@ def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
     answered by what was sent. `nested`: fn starts processes of its own (multiprocessing
     refuses children to a daemonic process: the process is daemonic to the caller, whose
     exit ends it, and not to itself)."""
-    if not _can_fork():
+    if not can_fork():
         sent: list[Any] = []
         return sent.append, lambda: fn(lambda: sent.pop(0))
     ctx = multiprocessing.get_context("fork")
@@ -121,7 +121,8 @@ def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
     return give, wait
 
 
-def _can_fork() -> bool:
+def can_fork() -> bool:
+    """Whether start() runs its call in a forked process (a second CPU, and fork), or here."""
     return (os.cpu_count() or 1) >= 2 and "fork" in multiprocessing.get_all_start_methods()
 
 
