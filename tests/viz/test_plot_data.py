@@ -164,6 +164,32 @@ def test_plots_render(cap1, tmp_path):
         assert png.stat().st_size > 5000 and svg.stat().st_size > 5000
 
 
+def test_cwnd_draws_a_retransmission_marker_a_pixel_and_counts_them_all():
+    """Tens of thousands of retransmissions (a lossy minute's) are one marker per pixel's
+    width on the cwnd plot, each at the first of its pixel; the legend counts every one."""
+    from istrace.capture.tracksamples import FrameSamples, empty_frame
+    from istrace.plot import plots
+    from istrace.track.tracker import EVENT_COLUMNS, STATE_COLUMNS
+
+    n = 20_000
+    ts = np.arange(n, dtype=np.int64) * 50_000  # one every 50 us over a second
+    samples = empty_frame().reindex(range(n))
+    samples = samples.assign(ts_ns=ts, conn="c", dir="t2i", host="target", source="exact",
+                             cwnd=10.0, ssthresh=np.nan)
+    events = pd.DataFrame({"ts_ns": ts[::2] + 7, "conn": "c", "dir": "t2i", "host": "target",
+                           "source": "estimated", "kind": "retransmit", "seq": 0.0,
+                           "bytes": 1448.0, "cmd": np.nan, "note": ""})[EVENT_COLUMNS]
+    fig = plots.cwnd(FrameSamples(samples), pd.DataFrame(columns=STATE_COLUMNS), events)
+    ax = fig.axes[0]
+    marks = [line for line in ax.get_lines() if line.get_marker() == "v"]
+    assert len(marks) == 1 and marks[0].get_label() == f"retransmission ({n // 2})"
+    x = marks[0].get_xdata()
+    px = (ts[-1] - ts[0]) / 1e6 / 2000  # the plot's pixel, in ms
+    assert 1900 <= len(x) <= 2001 and (np.diff(x) > 0).all()
+    assert x[0] == pytest.approx(7 / 1e6) and (np.diff(np.floor(x / px)) >= 1).all()
+    plots.plt.close(fig)
+
+
 def test_timeline_lanes_keep_concurrent_spans_apart(tmp_path):
     synth.make_capture(tmp_path, n_cmds=24, qd=2)
     cap = load_tracked(tmp_path)

@@ -259,7 +259,11 @@ def cwnd(samples: SamplesLike, states: pd.DataFrame, events: pd.DataFrame,
     if not ev.empty and ev["source"].nunique() > 1:  # the same retransmissions seen twice
         ev = ev[ev["source"] == "estimated"]
     if not ev.empty:
-        ax.plot(_ms(ev["ts_ns"], t0), np.full(len(ev), ax.get_ylim()[1] * 0.97), "v",
+        # one marker per pixel's width (the first), all at one height: a lossy minute has
+        # tens of thousands, each drawn over the last (the legend counts them all)
+        x = np.asarray(_ms(ev["ts_ns"], t0), np.float64)
+        _, first = np.unique(np.floor(x / px).astype(np.int64), return_index=True)
+        ax.plot(x[np.sort(first)], np.full(len(first), ax.get_ylim()[1] * 0.97), "v",
                 color="tab:red", ms=6, label=f"retransmission ({len(ev)})")
     ax.set_xlabel("time [ms]")
     ax.grid(alpha=0.3)
