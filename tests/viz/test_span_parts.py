@@ -44,10 +44,10 @@ def test_blocks_give_what_one_table_gives(tmp_path: Path, monkeypatch: pytest.Mo
         one = render.span_parts(cap)
         assert one.socket_io_start is None and not list(one.socket_io())
 
-    blocks = render.merged_blocks
+    whole_groups = render.merged_blocks
 
     def cut(*a: object, **k: object) -> Iterator[pd.DataFrame]:
-        for b in blocks(*a, **k):  # type: ignore[arg-type]
+        for b in whole_groups(*a, **k):  # type: ignore[arg-type]
             for i in range(0, len(b), rows):
                 yield b.iloc[i:i + rows].copy()
     monkeypatch.setattr(render, "merged_blocks", cut)
@@ -69,9 +69,13 @@ def test_blocks_give_what_one_table_gives(tmp_path: Path, monkeypatch: pytest.Mo
 
     a, b = tmp_path / "one.json", tmp_path / "parts.json"
     n_one = write_trace(a, one.held, None)
-    n_parts = write_trace(b, parts.held, None, more_spans=parts.socket_io(),
+    blocks, shown_after = render.shown_while_written(parts)  # the report's tracer
+    n_parts = write_trace(b, parts.held, None, more_spans=blocks,
                           more_start=parts.socket_io_start)
     assert n_parts == n_one and _events(b) == _events(a)
+    kept, w = shown_after()
+    assert w == window
+    pd.testing.assert_frame_equal(kept, shown)
 
 
 def test_the_window_is_an_application_read_not_socket_io() -> None:

@@ -325,6 +325,24 @@ def timeline_shown(spans: pd.DataFrame | SpanParts
                                         (parts.held, *parts.socket_io())])), w
 
 
+def shown_while_written(parts: SpanParts) -> tuple[
+        Iterator[pd.DataFrame], Callable[[], tuple[pd.DataFrame, tuple[int, int] | None]]]:
+    """parts.socket_io()'s blocks, for a writer to go through once (the Perfetto trace's),
+    and a call that then returns what timeline_shown(parts) does, kept from those blocks on
+    the way: a pass over merged.parquet less."""
+    w = default_timeline_window(parts.held)
+    kept = [parts.held if w is None else data.spans_in(parts.held, w)]
+
+    def blocks() -> Iterator[pd.DataFrame]:
+        for b in parts.socket_io():
+            kept.append(b if w is None else data.spans_in(b, w))
+            yield b
+
+    def shown() -> tuple[pd.DataFrame, tuple[int, int] | None]:
+        return _by_start(data.concat_spans(kept)), w
+    return blocks(), shown
+
+
 def default_timeline_window(spans: pd.DataFrame, commands: int = 64) -> tuple[int, int] | None:
     """The first application read spanning commands (if any) or the first `commands`
     commands: the study's fig. 2 view."""

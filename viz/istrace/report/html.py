@@ -21,9 +21,9 @@ from istrace.plot.render import (
     make_plots,
     needs_track,
     shared_passes,
+    shown_while_written,
     span_parts,
     split_kinds,
-    timeline_shown,
 )
 from istrace.report import perfetto
 from istrace.report.diagnosis import diagnose
@@ -155,7 +155,7 @@ def report(d: Path, out: Path | None = None,
     # The instants first: made after the spans, their making (a bounded million rows, 40 MB
     # at its peak) came on top of the spans held, whose making then peaks alone.
     # The socket I/O system calls' spans (one per few packets) are made a block at a time as
-    # they are written, and again for those the plot shows: never all at once.
+    # they are written, those the plot shows kept on the way: never all at once.
     def tracer() -> tuple[int, pd.DataFrame, tuple[int, int] | None]:
         cap.release_events()  # the trace's are merged.parquet's (or all_events(), read anew)
         instants = perfetto.merged_instants(cap)
@@ -163,12 +163,10 @@ def report(d: Path, out: Path | None = None,
         parts = span_parts(cap)
         cap.pdus.clear()  # the spans are made: nothing after reads the PDUs (a minute's 10 MB)
         freed.give_back()
-        n = perfetto.write_trace(d / layout.TRACE_JSON, parts.held, instants,
-                                 more_spans=parts.socket_io(),
+        blocks, shown = shown_while_written(parts)
+        n = perfetto.write_trace(d / layout.TRACE_JSON, parts.held, instants, more_spans=blocks,
                                  more_start=parts.socket_io_start)
-        del instants
-        shown, window = timeline_shown(parts)
-        return n, shown, window
+        return n, *shown()
     step("timeline spans and the Perfetto trace (in another process)")
     traced = forked.start(tracer)
     # what the plots and the diagnosis both read of the segments, made once, beside the tracer
