@@ -157,8 +157,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
             if spans is None:  # those in the window: the socket I/O's a block at a time
                 parts = span_parts(cap)
                 w = window or default_timeline_window(parts.held)
-                spans = parts.every() if w is None else _by_start(data.concat_spans(
-                    [data.spans_in(b, w) for b in (parts.held, *parts.socket_io())]))
+                spans = spans_within(parts, w)
                 del parts
             else:
                 w = window or span_window or default_timeline_window(spans)
@@ -319,10 +318,16 @@ def timeline_shown(spans: pd.DataFrame | SpanParts
     kept, a block at a time."""
     parts = spans if isinstance(spans, SpanParts) else SpanParts(spans)
     w = default_timeline_window(parts.held)
-    if w is None:
-        return parts.every(), None
-    return _by_start(data.concat_spans([data.spans_in(b, w) for b in
-                                        (parts.held, *parts.socket_io())])), w
+    return spans_within(parts, w), w
+
+
+def spans_within(parts: SpanParts, window: tuple[int, int] | None) -> pd.DataFrame:
+    """Of both parts, the spans that overlap `window` (every one without), in time order:
+    the socket I/O's a block at a time, none of them held but those."""
+    if window is None:
+        return parts.every()
+    return _by_start(data.concat_spans([data.spans_in(b, window) for b in
+                                        (parts.held, *parts.socket_io())]))
 
 
 def shown_while_written(parts: SpanParts) -> tuple[
