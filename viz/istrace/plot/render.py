@@ -181,6 +181,10 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
     return made
 
 
+def _no_spans() -> Iterator[pd.DataFrame]:
+    return iter(())
+
+
 @dataclass
 class SpanParts:
     """The timeline's spans in two parts. `held`: every span but those of the hosts' socket
@@ -190,7 +194,7 @@ class SpanParts:
     block in time order; `socket_io_start` is the earliest start among them. Without
     merged.parquet, `held` has them all."""
     held: pd.DataFrame
-    socket_io: Callable[[], Iterator[pd.DataFrame]] = lambda: _no_spans()
+    socket_io: Callable[[], Iterator[pd.DataFrame]] = _no_spans
     socket_io_start: int | None = None
 
     def every(self) -> pd.DataFrame:
@@ -203,6 +207,7 @@ def span_parts(cap: Capture) -> SpanParts:
     commands there, else from the streams; the commands'; and from the pcaps when each
     command's data crossed each end's TCP and the wire."""
     socket_io: Callable[[], Iterator[pd.DataFrame]] = _no_spans
+    starts: list[int] = []
     ev = None
     if "cmd_id" in cap.merged_columns:
         # the probe events tied to their commands (read here: nothing else needs them), the
@@ -220,12 +225,12 @@ def span_parts(cap: Capture) -> SpanParts:
                 for block in merged_blocks(cap.dir, columns, _socket_io_span_rows):
                     yield data.event_spans(_on_initiator_clock(block, cap.offset_ns), commands,
                                            cap.offset_ns)
-            if len(m) or any(len(b) for b in socket_io()):
+            starts = [int(b["start_ns"].min()) for b in socket_io() if len(b)]
+            if len(m) or starts:
                 ev = _on_initiator_clock(m, cap.offset_ns)
     if ev is None:  # not merged: every event, the socket I/O system calls too
         ev = cap.all_events()
-        socket_io = _no_spans
-    starts = [int(b["start_ns"].min()) for b in socket_io() if len(b)]
+        socket_io, starts = _no_spans, []
     spans = data.timeline_spans(cap.commands.get("initiator"), cap.commands.get("target"),
                                 ev, cap.offset_ns)
     del ev
@@ -250,10 +255,6 @@ def span_parts(cap: Capture) -> SpanParts:
         extra = [wire[data.SPAN_COLUMNS]] + ([] if have_tcp_probe else seg_rows)
         spans = _by_start(data.concat_spans([spans[spans["row"] != "wire"]] + extra))
     return SpanParts(spans, socket_io, min(starts) if starts else None)
-
-
-def _no_spans() -> Iterator[pd.DataFrame]:
-    return iter(())
 
 
 def timeline_spans(cap: Capture) -> pd.DataFrame:
