@@ -303,7 +303,7 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
 
 
 def read_table(path: str | Path, columns: Iterable[str] | None = None,
-               labels: Iterable[str] = ()) -> pd.DataFrame:
+               labels: Iterable[str] = (), by_blocks: bool = False) -> pd.DataFrame:
     """A table the decoder wrote (pdus.csv, commands.csv, connections.csv): the only reader of
     those files; with `columns`, only those of them the file has (a PDU row has 45 columns,
     most of them empty, and a step that reads a few need not hold the rest). Nanosecond
@@ -311,10 +311,13 @@ def read_table(path: str | Path, columns: Iterable[str] | None = None,
     never answered) would make them float64, ~256 ns coarse. Only an empty field is missing:
     "None" is a digest's negotiated value, not a gap. `labels`: text columns of a few
     distinct values, read as categoricals (not a string object per row first: a minute's
-    PDUs held 20 MB of them while read)."""
+    PDUs held 20 MB of them while read). `by_blocks`: the text parsed a block at a time, for
+    columns of one type all through (a text column that is a number in some rows would come
+    out of mixed types): a minute's PDUs, ANALYSED_PDU_COLUMNS, peak at 14 MB so, at 39 MB
+    parsed whole."""
     options = _csv_options(path, columns)
     options["dtype"].update({c: "category" for c in labels if c in options["usecols"]})
-    return pd.read_csv(path, low_memory=False, **options)
+    return pd.read_csv(path, low_memory=by_blocks, **options)
 
 
 def read_table_blocks(path: str | Path, columns: Iterable[str], rows: int
@@ -325,10 +328,15 @@ def read_table_blocks(path: str | Path, columns: Iterable[str], rows: int
         yield from blocks
 
 
+def table_columns(path: str | Path) -> list[str]:
+    """The columns of a table the decoder wrote (its header line)."""
+    return list(pd.read_csv(path, nrows=0).columns)
+
+
 def _csv_options(path: str | Path, columns: Iterable[str] | None) -> dict[str, Any]:
     """read_table's options for pandas: the columns asked for that the file has, the integer
     ones nullable, only an empty field missing."""
-    head = pd.read_csv(path, nrows=0).columns
+    head = table_columns(path)
     wanted = set(head) if columns is None else set(columns) & set(head)
     ints = {c: "Int64" for c in wanted if c.endswith("ts_ns") or c in ("tcp_seq", "cmd")}
     return {"dtype": ints, "keep_default_na": False, "na_values": [""],

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from istrace.capture import clockfile, decoderun, layout
-from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, DecodeError, read_table, segments_file
+from istrace.capture.decoded import DecodeError, read_table, segments_file
 from istrace.capture.decoderun import decode_to_dir
 from istrace.capture.events import (
     EVENT_SCHEMA,
@@ -35,6 +35,7 @@ from istrace.capture.events import (
 )
 from istrace.capture.hoststats import load_hoststats
 from istrace.capture.meta import DEFAULT_PORT, read_meta, target_ports
+from istrace.capture.pdutables import PduTables
 from istrace.capture.segsource import FileSegments, Segments, as_segments
 from istrace.system.paths import MissingBinary
 
@@ -49,8 +50,9 @@ class EmptyCapture(ValueError):
 class Capture:
     dir: Path
     meta: dict[str, Any] = field(default_factory=dict)
-    # host -> pdus.csv, the columns the analyses read (decoded.ANALYSED_PDU_COLUMNS)
-    pdus: dict[str, pd.DataFrame] = field(default_factory=dict)
+    # host -> pdus.csv, the columns the analyses read (decoded.ANALYSED_PDU_COLUMNS), read
+    # when asked for (a table given here is held: istrace.capture.pdutables)
+    pdus: PduTables = field(default_factory=PduTables)
     commands: dict[str, pd.DataFrame] = field(default_factory=dict)   # host -> commands.csv
     connections: pd.DataFrame | None = None
     # host -> its TCP segments, read from segments.bin a slice at a time (a table given here
@@ -74,6 +76,8 @@ class Capture:
     warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pdus, PduTables):
+            self.pdus = PduTables(self.pdus)
         self.segs = {h: s for h, s in ((h, as_segments(v)) for h, v in self.segs.items())
                      if s is not None}
 
@@ -102,7 +106,9 @@ class Capture:
         return self.commands.get("initiator", self.commands.get("target"))
 
     def main_pdus(self) -> pd.DataFrame | None:
-        return self.pdus.get("initiator", self.pdus.get("target"))
+        """The initiator's PDUs, else the target's (read now: not held)."""
+        host = self.pdus.first(HOSTS)
+        return self.pdus.read(host) if host is not None else None
 
     def release_events(self) -> None:
         """Let go of the probe events held, in a process that reads none of them (the report's
@@ -134,11 +140,6 @@ def _read_csv(path: Path, columns: list[str] | None = None,
     except (OSError, ValueError) as exc:
         print(f"istrace: {path}: unreadable ({exc})", file=sys.stderr)
         return None
-
-
-# the PDU table's text columns that name one of a few values: held as categoricals (a
-# minute's 65 000 PDUs a host held 6 MB of repeated text, in each of the report's processes)
-PDU_LABELS = ["conn", "dir", "opcode_name", "cdb_name"]
 
 
 def _try_decode(pcap: Path, out: Path, ports: tuple[int, ...]) -> str | None:
@@ -207,9 +208,10 @@ def load_capture(d: str | Path, decode: bool = True,
             if found is None:
                 continue
         if found is not None:
-            pdus = _read_csv(found / layout.PDUS, ANALYSED_PDU_COLUMNS, PDU_LABELS)
-            if pdus is not None:
-                cap.pdus[host] = pdus
+            try:
+                cap.pdus.add_file(host, found / layout.PDUS)
+            except (OSError, ValueError) as exc:
+                print(f"istrace: {found / layout.PDUS}: unreadable ({exc})", file=sys.stderr)
             commands = _read_csv(found / layout.COMMANDS)
             if commands is not None:
                 cap.commands[host] = commands

@@ -115,7 +115,8 @@ def parse_window(text: str | None, t0: int) -> tuple[int, int] | None:
 
 def first_ts(cap: Capture) -> int:
     cands = [t for s in cap.segs.values() if (t := s.ts_min()) is not None]
-    cands += [int(p["ts_ns"].min()) for p in cap.pdus.values() if not p.empty]
+    cands += [int(p["ts_ns"].min()) for h in cap.pdus
+              if (p := cap.pdus.read(h, ["ts_ns"])) is not None and p["ts_ns"].notna().any()]
     return min(cands) if cands else 0
 
 

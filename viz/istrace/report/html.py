@@ -92,12 +92,10 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
 
 def _track_alone(cap: Capture, out: Path) -> Any:
     """The tracking (track_to_file), in a process forked for it (only: it changes `cap`),
-    which lets go of the tables the tracker does not read (the PDUs but those it looks
-    commands up in, the commands, the probe events: it reads the TCP layer's itself); what
-    its slices leave freed and fragmented stays in that process, not under the diagnosis
-    here (a full-rate minute's tracking left 20 MB resident, the diagnosis's peak on top)."""
-    lookup = cap.main_pdus()
-    cap.pdus = {h: p for h, p in cap.pdus.items() if p is lookup}
+    which lets go of the tables the tracker does not read (the commands, the probe events:
+    it reads the TCP layer's itself, and the PDUs it looks commands up in); what its slices
+    leave freed and fragmented stays in that process, not under the diagnosis here (a
+    full-rate minute's tracking left 20 MB resident, the diagnosis's peak on top)."""
     cap.commands = {}
     cap.release_events()
     freed.give_back()
@@ -161,7 +159,6 @@ def report(d: Path, out: Path | None = None,
         instants = perfetto.merged_instants(cap)
         freed.give_back()
         parts = span_parts(cap)
-        cap.pdus.clear()  # the spans are made: nothing after reads the PDUs (a minute's 10 MB)
         freed.give_back()
         blocks, shown = shown_while_written(parts)
         n = perfetto.write_trace(d / layout.TRACE_JSON, parts.held, instants, more_spans=blocks,

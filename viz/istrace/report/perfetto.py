@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,7 @@ def _bounded(instants: pd.DataFrame, most: int) -> pd.DataFrame:
     return instants[keep]
 
 
-def pdu_instants(pdus: dict[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFrame:
+def pdu_instants(pdus: Mapping[str, pd.DataFrame], offset_ns: int = 0) -> pd.DataFrame:
     """Every decoded PDU as an instant on its capture host's iSCSI track."""
     frames = []
     for host, p in pdus.items():

@@ -20,6 +20,7 @@ from istrace.plot import data
 from istrace.plot.render import data_dir, sender_segs
 from istrace.report import accounting
 from istrace.report.advice import what_would_help
+from istrace.system import freed
 from istrace.track.echo_rtt import echo_rtt_ms
 
 SCHEMA = 1
@@ -192,6 +193,11 @@ def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
     return s if not s.empty else None
 
 
+# what the accounting reads of the PDUs: their spans on the wire (data.span_arrays), the R2Ts
+SPAN_PDU_COLUMNS = ["pdu", "ts_ns", "conn", "dir", "tcp_seq", "opcode_name", "ahs_len", "dsl",
+                    "cmd"]
+
+
 def _pdu_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame,
                d: str) -> tuple[np.ndarray, np.ndarray] | None:
     """[first, last] segment of each data PDU at the sender, sorted by start."""
@@ -258,9 +264,12 @@ def account(cap: Capture) -> accounting.Accounting | None:
     # The PDUs decoded where the segments were taken (the receiver's, without the sender's
     # pcap): their data phases, R2Ts and spans are all in that capture point's time.
     seg_host = next((h for h, s in cap.segs.items() if s is segs), sender)
-    pdus = cap.pdus.get(seg_host)
+    pdus = cap.pdus.read(seg_host, SPAN_PDU_COLUMNS)
     if cmds is not None:
         cmds = _data_on_wire(cmds, pdus, segs, seg_host, d)
+    # each of these passes over a minute's segments leaves tens of MB freed but resident,
+    # which the next one's peak came on top of
+    freed.give_back()
     totals = per_conn["bytes"]
     link_busy = None
     if cap_bps and per_conn["segments"].sum() > 1:
@@ -281,10 +290,13 @@ def account(cap: Capture) -> accounting.Accounting | None:
             p = pdus[(pdus["opcode_name"] == "R2T") & (pdus["conn"].astype(str) == str(conn))]
             r2t = np.sort(p["ts_ns"].dropna().to_numpy(np.int64))
         samples = cap.track.samples if cap.track is not None else None
+        spans = _pdu_spans(pdus, c, d)
+        freed.give_back()
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
-                                      link_busy, _first_loss(cap, d, str(conn)),
-                                      _pdu_spans(pdus, c, d), conn=str(conn))
+                                      link_busy, _first_loss(cap, d, str(conn)), spans,
+                                      conn=str(conn))
+        freed.give_back()
     return acc
 
 

@@ -1,0 +1,68 @@
+"""The decoded PDU tables of a capture, read from the decoder's pdus.csv when a step asks for
+them and let go when it is done, not held for the whole analysis.
+
+A full-rate minute has 62 000 PDUs a host (2 million with 8 KiB Data-In PDUs); held from
+the load on, they were 10 MB in every one of the report's processes (each forked holding
+them) and the largest part of what grew with the capture's length. Reading the analysed
+columns back costs 0.05 s a host, and each step reads only what it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping, Sequence
+from pathlib import Path
+
+import pandas as pd
+from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, read_table, table_columns
+
+# the PDU table's text columns that name one of a few values: read as categoricals (a
+# minute's 65 000 PDUs a host held 6 MB of repeated text, in each of the report's processes)
+PDU_LABELS = ["conn", "dir", "opcode_name", "cdb_name"]
+
+
+class PduTables(MutableMapping[str, pd.DataFrame]):
+    """host -> its PDUs (the columns of decoded.ANALYSED_PDU_COLUMNS the file has): a table
+    given to it (a test's, `istrace track --pdus`'s) is held; one of a file is read anew each
+    time it is asked for. `read` takes fewer columns."""
+
+    def __init__(self, given: dict[str, pd.DataFrame] | None = None) -> None:
+        self._tables: dict[str, pd.DataFrame | Path] = dict(given or {})
+
+    def add_file(self, host: str, path: Path) -> None:
+        """`path` (a decoder's pdus.csv) is `host`'s table; its header is read now, so an
+        unreadable file is told at the load (OSError, ValueError), not by a later step."""
+        table_columns(path)
+        self._tables[host] = path
+
+    def read(self, host: str, columns: Sequence[str] | None = None) -> pd.DataFrame | None:
+        """`host`'s PDUs with `columns` of the analysed ones (None: all of them); None when
+        the host has no table."""
+        t = self._tables.get(host)
+        if isinstance(t, pd.DataFrame):
+            return t if columns is None else t[[c for c in columns if c in t.columns]]
+        if t is None:
+            return None
+        return read_table(t, ANALYSED_PDU_COLUMNS if columns is None else columns, PDU_LABELS,
+                          by_blocks=True)
+
+    def __getitem__(self, host: str) -> pd.DataFrame:
+        t = self.read(host)
+        if t is None:
+            raise KeyError(host)
+        return t
+
+    def __setitem__(self, host: str, table: pd.DataFrame) -> None:
+        self._tables[host] = table
+
+    def __delitem__(self, host: str) -> None:
+        del self._tables[host]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tables)
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def first(self, hosts: Sequence[str]) -> str | None:
+        """The first of `hosts` that has a table (none read)."""
+        return next((h for h in hosts if h in self._tables), None)
