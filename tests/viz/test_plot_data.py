@@ -50,6 +50,25 @@ def test_ladder_rows_and_one_way_delay(cap1):
     assert w0 == t.issue[0] and w1 == t.resp[4]
 
 
+@pytest.mark.parametrize("middle", [False, True])
+def test_ladder_made_for_its_window_shows_what_the_whole_ladder_does(cap1, monkeypatch, middle):
+    # no margin: only the commands with a PDU inside the window are read
+    monkeypatch.setattr(render, "LADDER_PAD_NS", 0)
+    cap, t = cap1
+    whole = data.ladder_rows(cap.pdus["initiator"], cap.pdus["target"], cap.offset_ns,
+                             render.one_way_ns(cap))
+    window = (t.issue[30], t.resp[33]) if middle else None
+    rows, shown = render.ladder_for(cap, window)
+    assert shown == (window or data.default_window(whole))
+    assert 0 < len(rows) < len(whole) / 4
+
+    def inside(r):
+        return r[(r["t_recv_end_ns"] >= shown[0]) & (r["t_send_ns"] <= shown[1])].reset_index(
+            drop=True)
+    assert len(inside(whole)) >= 12
+    pd.testing.assert_frame_equal(inside(rows), inside(whole))
+
+
 def test_bursts_idle_gaps_and_ratio(cap1):
     cap, t = cap1
     segs = cap.segs["target"]

@@ -9,15 +9,23 @@ columns back costs 0.05 s a host, and each step reads only what it needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
-from istrace.capture.decoded import ANALYSED_PDU_COLUMNS, read_table, table_columns
+from istrace.capture.decoded import (
+    ANALYSED_PDU_COLUMNS,
+    read_table,
+    read_table_blocks,
+    table_columns,
+)
 
 # the PDU table's text columns that name one of a few values: read as categoricals (a
 # minute's 65 000 PDUs a host held 6 MB of repeated text, in each of the report's processes)
 PDU_LABELS = ["conn", "dir", "opcode_name", "cdb_name"]
+BLOCK_ROWS = 4096  # read_where's rows a block: its parser holds every field of a block's rows
 
 
 class PduTables(MutableMapping[str, pd.DataFrame]):
@@ -45,6 +53,28 @@ class PduTables(MutableMapping[str, pd.DataFrame]):
         return read_table(t, ANALYSED_PDU_COLUMNS if columns is None else columns, PDU_LABELS,
                           by_blocks=True)
 
+    def read_where(self, host: str, columns: Sequence[str],
+                   keep: Callable[[pd.DataFrame], Any]) -> pd.DataFrame | None:
+        """The rows of `host`'s PDUs that `keep` (a mask of a table of `columns`) picks,
+        the file read a block at a time: a step that needs a few of a minute's PDUs never
+        holds them all. None when the host has no table."""
+        t = self._tables.get(host)
+        if t is None:
+            return None
+        if isinstance(t, pd.DataFrame):
+            t = t[[c for c in columns if c in t.columns]]
+            return t[_mask(keep(t))]
+        kept = [b[_mask(keep(b))] for b in read_table_blocks(t, columns, BLOCK_ROWS)]
+        kept = [b for b in kept if len(b)] or kept[:1]
+        if not kept:
+            return read_table(t, columns, PDU_LABELS)  # no row at all
+        out = pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
+        # as read_table reads them: the labels categorical, every kept block's one type
+        for c in PDU_LABELS:
+            if c in out.columns:
+                out[c] = out[c].astype("category")
+        return out.reset_index(drop=True)
+
     def __getitem__(self, host: str) -> pd.DataFrame:
         t = self.read(host)
         if t is None:
@@ -57,6 +87,9 @@ class PduTables(MutableMapping[str, pd.DataFrame]):
     def __delitem__(self, host: str) -> None:
         del self._tables[host]
 
+    def __contains__(self, host: object) -> bool:  # Mapping's would read the table
+        return host in self._tables
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._tables)
 
@@ -66,3 +99,10 @@ class PduTables(MutableMapping[str, pd.DataFrame]):
     def first(self, hosts: Sequence[str]) -> str | None:
         """The first of `hosts` that has a table (none read)."""
         return next((h for h in hosts if h in self._tables), None)
+
+
+def _mask(m: Any) -> np.ndarray:
+    """A mask of rows as booleans, a missing value (a comparison with a missing time) False."""
+    if isinstance(m, pd.Series | pd.api.extensions.ExtensionArray):
+        return pd.array(m, dtype="boolean").fillna(False).to_numpy(bool)
+    return np.asarray(m, bool)

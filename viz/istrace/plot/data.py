@@ -41,11 +41,15 @@ SPAN_COLUMNS = ["row", "host", "layer", "start_ns", "end_ns", "cmd", "bytes", "l
 # ------------------------------------------------------------------------------ ladder
 
 
+# what the ladder reads of the PDUs
+LADDER_PDU_COLUMNS = ["conn", "dir", "tcp_seq", "ts_ns", "opcode_name", "cmd", "dsl",
+                      "xfer_bytes", "desired_len", "edtl", "cdb_name"]
+
+
 def _clean_pdus(pdus: pd.DataFrame) -> pd.DataFrame:
     """The columns the ladder uses (a copy of all of a minute's PDUs was a tenth of the
     plotting process's peak), those the decoder did not write as missing."""
-    p = pdus[[c for c in ("conn", "dir", "tcp_seq", "ts_ns", "opcode_name", "cmd", "dsl",
-                          "xfer_bytes", "desired_len", "edtl", "cdb_name") if c in pdus.columns]]
+    p = pdus[[c for c in LADDER_PDU_COLUMNS if c in pdus.columns]]
     p = p.copy()
     for c in ("dsl", "tcp_seq", "cmd", "xfer_bytes", "desired_len", "edtl"):
         if c not in p.columns:
@@ -148,7 +152,10 @@ def _ladder_label(r: Any) -> str:
     return str(kind)
 
 
-def default_window(ladder: pd.DataFrame, commands: int = 5) -> tuple[int, int]:
+WINDOW_COMMANDS = 5  # the commands default_window shows
+
+
+def default_window(ladder: pd.DataFrame, commands: int = WINDOW_COMMANDS) -> tuple[int, int]:
     """The span of the first `commands` SCSI commands (like the study's fig. 3)."""
     if ladder.empty:
         return 0, 0
@@ -772,6 +779,10 @@ def segment_spans(pdus: pd.DataFrame | None, segs: SegmentsLike | None, row: str
     if not frames:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     return pd.concat(frames, ignore_index=True)[SPAN_COLUMNS]
+
+
+# what span_arrays reads of the PDUs (besides its `key`, when that is not "cmd")
+SPAN_PDU_COLUMNS = ["conn", "dir", "opcode_name", "tcp_seq", "ahs_len", "dsl", "cmd"]
 
 
 def span_arrays(pdus: pd.DataFrame | None, segs: SegmentsLike | None, d: str = "t2i",

@@ -193,11 +193,6 @@ def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
     return s if not s.empty else None
 
 
-# what the accounting reads of the PDUs: their spans on the wire (data.span_arrays), the R2Ts
-SPAN_PDU_COLUMNS = ["pdu", "ts_ns", "conn", "dir", "tcp_seq", "opcode_name", "ahs_len", "dsl",
-                    "cmd"]
-
-
 def _pdu_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame,
                d: str) -> tuple[np.ndarray, np.ndarray] | None:
     """[first, last] segment of each data PDU at the sender, sorted by start."""
@@ -264,7 +259,8 @@ def account(cap: Capture) -> accounting.Accounting | None:
     # The PDUs decoded where the segments were taken (the receiver's, without the sender's
     # pcap): their data phases, R2Ts and spans are all in that capture point's time.
     seg_host = next((h for h, s in cap.segs.items() if s is segs), sender)
-    pdus = cap.pdus.read(seg_host, SPAN_PDU_COLUMNS)
+    # what the accounting reads of them: their spans on the wire, by PDU too; the R2Ts' times
+    pdus = cap.pdus.read(seg_host, [*data.SPAN_PDU_COLUMNS, "pdu", "ts_ns"])
     if cmds is not None:
         cmds = _data_on_wire(cmds, pdus, segs, seg_host, d)
     # each of these passes over a minute's segments leaves tens of MB freed but resident,
