@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -771,14 +771,30 @@ def segment_spans(pdus: pd.DataFrame | None, segs: SegmentsLike | None, row: str
 
     Sequence numbers are unwrapped (a minute at full rate passes 4 GiB several times); the
     segments are read `slice_rows` at a time, so a long capture costs a slice's memory."""
+    return spans_frame(span_arrays(pdus, segs, d, key, slice_rows), row, host, offset_ns)
+
+
+def spans_frame(parts: Iterable[SpanArrays], row: str, host: str,
+                offset_ns: int = 0) -> pd.DataFrame:
+    """segment_spans' table of span_arrays' arrays."""
     frames = [pd.DataFrame({"row": row, "host": host,
                             "layer": "net" if host == "wire" else "tcp",
-                            "start_ns": first - offset_ns, "end_ns": last - offset_ns,
-                            "cmd": list(keys), "bytes": nbytes, "label": "data segments"})
-              for keys, first, last, nbytes in span_arrays(pdus, segs, d, key, slice_rows)]
+                            "start_ns": p.first - offset_ns, "end_ns": p.last - offset_ns,
+                            "cmd": list(p.keys), "bytes": p.bytes, "label": "data segments"})
+              for p in parts]
     if not frames:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     return pd.concat(frames, ignore_index=True)[SPAN_COLUMNS]
+
+
+class SpanArrays(NamedTuple):
+    """One connection's data spans: each key's (command's, PDU's) first and last segment
+    time at one capture point and its bytes, keys rising."""
+    conn: str
+    keys: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    bytes: np.ndarray
 
 
 # what span_arrays reads of the PDUs (besides its `key`, when that is not "cmd")
@@ -787,13 +803,14 @@ SPAN_PDU_COLUMNS = ["conn", "dir", "opcode_name", "tcp_seq", "ahs_len", "dsl", "
 
 def span_arrays(pdus: pd.DataFrame | None, segs: SegmentsLike | None, d: str = "t2i",
                 key: str = "cmd", slice_rows: int = SLICE_ROWS
-                ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """segment_spans' rows as arrays, a connection at a time: (keys, first and last segment
-    time, bytes) of each key whose data PDUs' bytes the segments carried, keys rising. Only
+                ) -> Iterator[SpanArrays]:
+    """segment_spans' rows as arrays, a connection at a time (SpanArrays): the keys whose
+    data PDUs' bytes the segments carried. Only
     the columns read are taken out of `pdus`, as arrays: a copy of the data PDUs' rows
     grouped by pandas was a third of the diagnosis's peak on a full-rate minute (47 000
     PDUs)."""
-    if pdus is None or segs is None or pdus.empty or segs.empty or "tcp_seq" not in pdus:
+    if pdus is None or segs is None or pdus.empty or segs.empty or "tcp_seq" not in pdus \
+            or key not in pdus:
         return
     keep = ((pdus["dir"] == d) & pdus["opcode_name"].isin(DATA_OPS) & pdus["cmd"].notna()
             & pdus["tcp_seq"].notna()).to_numpy(bool)
@@ -827,7 +844,7 @@ def span_arrays(pdus: pd.DataFrame | None, segs: SegmentsLike | None, d: str = "
         starts, ends = _first_last(lo, hi, itertools.chain([first], slices),
                                    tcpseq.Unwrapper(base))
         ok = starts <= ends
-        yield ks[at][ok], starts[ok], ends[ok], (hi - lo)[ok]
+        yield SpanArrays(str(name), ks[at][ok], starts[ok], ends[ok], (hi - lo)[ok])
 
 
 def _first_last(lo: np.ndarray, hi: np.ndarray, slices: Iterator[dict[str, np.ndarray]],

@@ -46,17 +46,42 @@ def sender_segs(cap: Capture, d: str) -> Segments | None:
 
 
 def shared_passes(cap: Capture) -> None:
-    """The passes over the data sender's segments that both the plots and the diagnosis ask
-    for, made now and kept with the segments (their cache): the payload per connection, the
-    gap between bursts and the bursts. The report makes them before it forks its drawing
-    processes, which then find them made, where each made its own (the payload three times,
-    the bursts twice)."""
+    """The passes over the segments that several of the report's steps ask for, made now and
+    kept with the segments (their cache): of the data sender's, the payload per connection,
+    the gap between bursts, the bursts and the data PDUs' spans; of each host's, the
+    commands' data spans. The report makes them before it forks its drawing processes, which
+    then find them made, where each made its own (the payload three times, the bursts
+    twice), and hands the spans to its tracer."""
     d = data_dir(cap)
     segs = sender_segs(cap, d)
     if segs is None or segs.empty:
         return
     data.payload_totals(segs, d)
     data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+    for host, s in cap.segs.items():
+        data_spans(cap, host)
+        if s is segs:
+            data_spans(cap, host, "pdu")
+        freed.give_back()  # what the pass freed, before the next pass or the processes forked
+
+
+def data_spans(cap: Capture, host: str, key: str = "cmd") -> list[data.SpanArrays]:
+    """data.span_arrays of `host`'s segments by `key` ("cmd", "pdu"), with the host's own
+    PDUs, else the other end's (the same TCP sequence numbers): worked out once and kept
+    with the segments. The timeline's spans and the diagnosis's data phases read the same
+    (a pass over a minute's 11 M segments, the PDUs read for it: 20 MB at its peak, in
+    the tracer and the diagnosis both)."""
+    segs = cap.segs.get(host)
+    other = "target" if host == "initiator" else "initiator"
+    source = cap.pdus.first([host, other])
+    if segs is None or source is None:
+        return []
+    d = data_dir(cap)
+
+    def make() -> list[data.SpanArrays]:
+        cols = data.SPAN_PDU_COLUMNS + ([key] if key not in data.SPAN_PDU_COLUMNS else [])
+        return list(data.span_arrays(cap.pdus.read(source, cols), segs, d, key))
+    return segs.cached(("data_spans", d, key, source), make)
 
 
 def one_way_ns(cap: Capture) -> int | None:
@@ -254,10 +279,12 @@ class SpanParts:
         return _by_start(data.concat_spans([self.held, *self.socket_io()]))
 
 
-def span_parts(cap: Capture) -> SpanParts:
+def span_parts(cap: Capture, spans_of: dict[str, list[data.SpanArrays]] | None = None
+               ) -> SpanParts:
     """The timeline's spans (SpanParts): the probe events' from merged.parquet, tied to their
     commands there, else from the streams; the commands'; and from the pcaps when each
-    command's data crossed each end's TCP and the wire."""
+    command's data crossed each end's TCP and the wire (host -> data_spans(cap, host) in
+    `spans_of` when the caller has them, else made here)."""
     socket_io: Callable[[], Iterator[pd.DataFrame]] = _no_spans
     starts: list[int] = []
     ev = None
@@ -287,17 +314,10 @@ def span_parts(cap: Capture) -> SpanParts:
                                 ev, cap.offset_ns)
     del ev
     # From the pcaps: when each command's data crossed each end's TCP and the wire.
-    d = data_dir(cap)
-    seg_rows = []
-    for host, other in (("initiator", "target"), ("target", "initiator")):
-        if host not in cap.segs:
-            continue
-        # a host's own PDUs, else the other end's (the same TCP sequence numbers), one host's
-        # at a time and only what the spans read
-        pdus = cap.pdus.read(cap.pdus.first([host, other]) or host, data.SPAN_PDU_COLUMNS)
-        seg_rows.append(data.segment_spans(pdus, cap.segs[host], f"{host} TCP", host, d,
-                                           cap.offset_ns if host == "target" else 0))
-        del pdus
+    seg_rows = [data.spans_frame(spans_of[h] if spans_of is not None and h in spans_of
+                                 else data_spans(cap, h), f"{h} TCP", h,
+                                 cap.offset_ns if h == "target" else 0)
+                for h in ("initiator", "target") if h in cap.segs]
     seg_rows = [s for s in seg_rows if not s.empty]
     if seg_rows:
         both = pd.concat(seg_rows, ignore_index=True)

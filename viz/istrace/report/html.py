@@ -18,6 +18,7 @@ from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_verdict
 from istrace.plot.render import (
     KINDS,
+    data_spans,
     make_plots,
     needs_track,
     shared_passes,
@@ -154,21 +155,29 @@ def report(d: Path, out: Path | None = None,
     # at its peak) came on top of the spans held, whose making then peaks alone.
     # The socket I/O system calls' spans (one per few packets) are made a block at a time as
     # they are written, those the plot shows kept on the way: never all at once.
-    def tracer() -> tuple[int, pd.DataFrame, tuple[int, int] | None]:
+    def tracer(get: Callable[[], Any]) -> tuple[int, pd.DataFrame, tuple[int, int] | None]:
         cap.release_events()  # the trace's are merged.parquet's (or all_events(), read anew)
         instants = perfetto.merged_instants(cap)
         freed.give_back()
-        parts = span_parts(cap)
+        # each host's data spans, made by the shared passes there while the instants were
+        # made here (made twice, they were the tracer's peak and the diagnosis's)
+        parts = span_parts(cap, get())
         freed.give_back()
         blocks, shown = shown_while_written(parts)
         n = perfetto.write_trace(d / layout.TRACE_JSON, parts.held, instants, more_spans=blocks,
                                  more_start=parts.socket_io_start)
         return n, *shown()
     step("timeline spans and the Perfetto trace (in another process)")
-    traced = forked.start(tracer)
-    # what the plots and the diagnosis both read of the segments, made once, beside the tracer
-    step("the payload and the bursts of the data sender's segments")
-    shared_passes(cap)
+    feed_tracer, traced = forked.start_fed(tracer)
+    # what the plots, the diagnosis and the tracer read of the segments, made once, beside
+    # the tracer
+    step("the payload, the bursts and the data spans of the segments")
+    made: dict[str, Any] = {}
+    try:
+        shared_passes(cap)
+        made = {h: data_spans(cap, h) for h in cap.segs}  # made by the passes
+    finally:  # the tracer is not left waiting by a pass that failed
+        feed_tracer(made)
     step("plotting (in two more processes, beside the next steps)")
     feed, plotted = forked.start_fed(plotter, nested=True)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments, in another "

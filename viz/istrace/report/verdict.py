@@ -17,7 +17,7 @@ from istrace.capture.meta import meta_number, one_way_ms
 from istrace.capture.segsource import payload_slices
 from istrace.capture.slices import SLICE_ROWS
 from istrace.plot import data
-from istrace.plot.render import data_dir, sender_segs
+from istrace.plot.render import data_dir, data_spans, sender_segs
 from istrace.report import accounting
 from istrace.report.advice import what_would_help
 from istrace.system import freed
@@ -193,26 +193,21 @@ def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
     return s if not s.empty else None
 
 
-def _pdu_spans(pdus: pd.DataFrame | None, segs: pd.DataFrame,
-               d: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """[first, last] segment of each data PDU at the sender, sorted by start."""
-    if pdus is None or "pdu" not in pdus.columns:
+def _pdu_spans(parts: list[data.SpanArrays], conn: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """[first, last] segment of each data PDU of `conn` at the sender, sorted by start."""
+    mine = [p for p in parts if p.conn == conn]
+    if not mine or not sum(len(p.first) for p in mine):
         return None
-    parts = list(data.span_arrays(pdus, segs, d, key="pdu"))
-    start = np.concatenate([np.zeros(0, np.int64), *(p[1] for p in parts)])
-    if not len(start):
-        return None
-    end = np.concatenate([p[2] for p in parts])
+    start = np.concatenate([p.first for p in mine])
+    end = np.concatenate([p.last for p in mine])
     order = np.argsort(start)
     return start[order], end[order]
 
 
-def _data_on_wire(cmds: pd.DataFrame, pdus: pd.DataFrame | None, segs: pd.DataFrame,
-                  sender: str, d: str) -> pd.DataFrame:
+def _data_on_wire(cmds: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
     """Commands with their data phase as the segments carrying their data PDUs' bytes took it
-    at the sender: a PDU's time is its header's, so a 256 KiB Data-In would otherwise end where
-    its payload starts."""
-    spans = data.segment_spans(pdus, segs, "data", sender, d)
+    at the sender (`spans`: data.spans_frame's): a PDU's time is its header's, so a 256 KiB
+    Data-In would otherwise end where its payload starts."""
     if spans.empty or "cmd" not in cmds.columns:
         return cmds
     by = spans.groupby("cmd").agg(a=("start_ns", "min"), b=("end_ns", "max"))
@@ -259,13 +254,12 @@ def account(cap: Capture) -> accounting.Accounting | None:
     # The PDUs decoded where the segments were taken (the receiver's, without the sender's
     # pcap): their data phases, R2Ts and spans are all in that capture point's time.
     seg_host = next((h for h, s in cap.segs.items() if s is segs), sender)
-    # what the accounting reads of them: their spans on the wire, by PDU too; the R2Ts' times
-    pdus = cap.pdus.read(seg_host, [*data.SPAN_PDU_COLUMNS, "pdu", "ts_ns"])
     if cmds is not None:
-        cmds = _data_on_wire(cmds, pdus, segs, seg_host, d)
-    # each of these passes over a minute's segments leaves tens of MB freed but resident,
-    # which the next one's peak came on top of
-    freed.give_back()
+        cmds = _data_on_wire(cmds, data.spans_frame(data_spans(cap, seg_host), "data",
+                                                    seg_host))
+    pdu_spans = data_spans(cap, seg_host, "pdu")
+    # the R2Ts' times (only a write has them)
+    pdus = cap.pdus.read(seg_host, ["ts_ns", "conn", "opcode_name"]) if d == "i2t" else None
     totals = per_conn["bytes"]
     link_busy = None
     if cap_bps and per_conn["segments"].sum() > 1:
@@ -286,13 +280,11 @@ def account(cap: Capture) -> accounting.Accounting | None:
             p = pdus[(pdus["opcode_name"] == "R2T") & (pdus["conn"].astype(str) == str(conn))]
             r2t = np.sort(p["ts_ns"].dropna().to_numpy(np.int64))
         samples = cap.track.samples if cap.track is not None else None
-        spans = _pdu_spans(pdus, c, d)
-        freed.give_back()
         accounting.account_connection(acc, c, cc, r2t, samples, _loss_states(cap, d, str(conn)),
                                       _sock_rows(cap, sender, str(conn)), cap_bps, cpu,
-                                      link_busy, _first_loss(cap, d, str(conn)), spans,
-                                      conn=str(conn))
-        freed.give_back()
+                                      link_busy, _first_loss(cap, d, str(conn)),
+                                      _pdu_spans(pdu_spans, str(conn)), conn=str(conn))
+        freed.give_back()  # a connection's passes over its segments, before the next one's
     return acc
 
 
