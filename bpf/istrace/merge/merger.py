@@ -128,7 +128,7 @@ def load_decoded(d: Path) -> Decoded:
     out = Decoded()
     if (d / layout.PDUS).is_file():
         out.pdus = d / layout.PDUS
-        out.ties = read_table(out.pdus, PDU_TIE_COLUMNS)
+        out.ties = read_table(out.pdus, PDU_TIE_COLUMNS, by_blocks=True)
     if (d / layout.COMMANDS).is_file():
         out.commands = read_table(d / layout.COMMANDS)
         if "itt" in out.commands:
@@ -391,6 +391,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         # the PDUs' tie columns and the commands, read once the clock's matching (the merge's
         # peak) is done with its sample
         decoded = {h: load_decoded(decoderun.decoded_dir(d, h)) for h in HOSTS}
+        freed.give_back()  # what reading them freed, before the segment writers are forked
         if clock.offset_ns is None:
             notes.append("clock offset unknown (no segment seen at both ends): target times "
                          "are NOT moved; ts_ns_merged = ts_ns for both hosts")
@@ -459,15 +460,18 @@ def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
     merged.parquet, rows per host and layer)."""
     ini = decoded["initiator"]
     have_cmds = ini.ties is not None and "cmd" in ini.ties and ini.commands is not None
+    # the PDUs by sequence, made once for the segments' ties and the rows': made in each of
+    # the processes, a full-rate minute's 125 000 PDUs peaked at 15 MB in each
+    index = attribution.SeqIndex(ini.ties if have_cmds else None)
+    freed.give_back()
     # each host's segments tied to their commands (its own table), beside the events' join
     for h in seg_bins:
         say(f"merge: {h}'s segments on the common clock, tied to their commands")
     segs = {h: forked.start(lambda h=h: segment_pass.tie_segments(
-        d, seg_bins[h], h, ports, off, ini.ties if have_cmds else None, say, publish=False))
-        for h in seg_bins}
+        d, seg_bins[h], h, ports, off, index, say, publish=False)) for h in seg_bins}
     try:
         n_rows, counts = _write_merged(d, staged, decoded, have_cmds, slack, off, write_csv,
-                                       notes, scratch, say)
+                                       notes, scratch, say, index)
         for h in segs:
             counts[f"{h}/net"] = segs[h]()
     except BaseException:
@@ -517,7 +521,8 @@ def _blocks(staged: Path) -> Iterator[pa.Table]:
 
 def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
                   have_cmds: bool, slack: int, off: int, write_csv: bool | None,
-                  notes: list[str], scratch: Path, say: Any) -> tuple[int, dict[str, int]]:
+                  notes: list[str], scratch: Path, say: Any,
+                  index: attribution.SeqIndex) -> tuple[int, dict[str, int]]:
     """The events and PDUs on the common clock, tied to their commands, sorted and written
     (merged.parquet, merged.csv) a block at a time, and each host's commands on the common
     clock; (rows, rows per host and layer)."""
@@ -529,7 +534,7 @@ def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
     tie = None
     if have_cmds:
         assert ini.ties is not None and ini.commands is not None
-        tie = CommandTies(ini.ties, ini.commands, slack)
+        tie = CommandTies(ini.ties, ini.commands, slack, index)
     counts: dict[str, int] = {}
     say("merge: joining")
     with ExternalSort(MERGED_SCHEMA, "ts_ns_merged", scratch) as rows:

@@ -114,14 +114,14 @@ def clock_sample(seg_bin: Path, ports: tuple[int, ...], bound: int | None) -> pd
 
 
 def tie_segments(d: Path, seg_bin: Path, host: str, ports: tuple[int, ...], offset_ns: int,
-                 ini_pdus: pd.DataFrame | None, say: Callable[[str], None],
+                 pdu_seq: attribution.SeqIndex, say: Callable[[str], None],
                  publish: bool = True) -> int:
     """Write DIR/segments/host=<host>/: the iSCSI segments of one host's segments.bin on the
-    initiator's clock, data segments tied to the initiator's PDUs by sequence; rows written.
-    `publish=False`: the table waits beside the old one for segtable.publish."""
+    initiator's clock, data segments tied to the initiator's PDUs by sequence (`pdu_seq`,
+    asked once per slice); rows written. `publish=False`: the table waits beside the old one
+    for segtable.publish."""
     total = segment_count(seg_bin)
     done = 0
-    pdu_seq = attribution.SeqIndex(ini_pdus)  # made once, asked once per slice
     with SegmentTableWriter(d, host, publish) as w:
         for s in _iscsi_slices(seg_bin, ports):
             done += SLICE_ROWS

@@ -19,8 +19,11 @@ class CommandTies:
     """The rules, given the initiator's PDUs and commands (pdus.csv with its `cmd` column,
     commands.csv) and the time slack the clock's bound allows."""
 
-    def __init__(self, ini_pdus: pd.DataFrame, ini_cmds: pd.DataFrame, slack: int) -> None:
-        self.pdu_seq, self.slack = attribution.SeqIndex(ini_pdus), slack
+    def __init__(self, ini_pdus: pd.DataFrame, ini_cmds: pd.DataFrame, slack: int,
+                 pdu_seq: attribution.SeqIndex | None = None) -> None:
+        # `pdu_seq`: the PDUs' SeqIndex, when the caller made it already
+        self.pdu_seq = pdu_seq if pdu_seq is not None else attribution.SeqIndex(ini_pdus)
+        self.slack = slack
         self.commands = ini_cmds.copy()
         if "cmd" not in self.commands:
             self.commands["cmd"] = np.arange(len(self.commands))
