@@ -400,6 +400,10 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         if not staged and not any(x.ties is not None and not x.ties.empty
                                   for x in decoded.values()) and not seg_bins:
             raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
+        # only the initiator's PDUs tie rows to commands: the target's would be held by the
+        # processes forked next (5 MB of a full-rate minute's each)
+        decoded["target"].ties = None
+        freed.give_back()
         n_rows, counts = _merge_all(d, staged, decoded, seg_bins, ports, off, slack,
                                     write_csv, notes, scratch, say)
     finally:
