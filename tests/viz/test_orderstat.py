@@ -110,3 +110,23 @@ def test_sample_order_stats_are_the_whole_columns(tmp_path) -> None:
         assert got.quantiles == {q: float(np.quantile(x, q)) for q in (0.05, 0.99)}
     empty = s.order_stats("rtt_us", (0.05,), dir="t2i", host="initiator")
     assert empty.n == 0 and np.isnan(empty.median) and np.isnan(empty.quantiles[0.05])
+
+
+def test_time_range_from_the_row_groups_is_the_rows(tmp_path) -> None:
+    """FileSamples.time_range from the row groups' statistics: the first and last time of the
+    rows `where` picks, as the rows themselves give them (FrameSamples reads them)."""
+    from istrace.capture.tracksamples import Key, SampleWriter
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"ts_ns": np.sort(rng.integers(10**9, 2 * 10**9, 9000)),
+                       "conn": "c", "host": "target", "source": "estimated",
+                       "dir": rng.choice(["t2i", "i2t"], 9000), "rwnd": 1.0})
+    with SampleWriter(tmp_path / "track.parquet") as w:
+        for d, g in df.groupby("dir"):
+            w.write(Key("c", d, "target", "estimated"), {"ts_ns": g["ts_ns"].to_numpy(),
+                                                          "rwnd": g["rwnd"].to_numpy()})
+        s = w.close()
+    for d in ("t2i", "i2t"):
+        t = df.loc[df["dir"] == d, "ts_ns"]
+        assert s.time_range(dir=d) == (t.min(), t.max()) == FrameSamples(df).time_range(dir=d)
+    assert s.time_range() == (df["ts_ns"].min(), df["ts_ns"].max())
+    assert s.time_range(dir="nowhere") is None and FrameSamples(df).time_range(host="x") is None

@@ -67,6 +67,12 @@ class Samples:
         after series, each in time order."""
         raise NotImplementedError
 
+    def time_range(self, **where: str | None) -> tuple[int, int] | None:
+        """(first, last) time of the rows `where` picks; None without any."""
+        ends = [(int(c["ts_ns"].min()), int(c["ts_ns"].max()))
+                for c in self.chunks(["ts_ns"], **where) if len(c)]
+        return (min(a for a, _ in ends), max(b for _, b in ends)) if ends else None
+
     def __len__(self) -> int:
         return sum(n for _, n in self.keys())
 
@@ -212,6 +218,19 @@ class FileSamples(Samples):
         for t in self._row_groups([column], where):
             v = np.asarray(t.column(0).to_numpy(), np.float64)
             yield v[~np.isnan(v)]
+
+    def time_range(self, **where: str | None) -> tuple[int, int] | None:
+        # from the row groups' statistics (SampleWriter writes the time's), no row read: a
+        # minute's 11 M samples read for their times were 5 MB of the cwnd plot's peak
+        want = [i for i, (k, _) in enumerate(self.groups) if _matches(k, where)]
+        if not want:
+            return None
+        meta = pq.read_metadata(self.path)
+        at = meta.schema.to_arrow_schema().get_field_index("ts_ns")
+        stats = [meta.row_group(i).column(at).statistics for i in want]
+        if not all(st is not None and st.has_min_max for st in stats):
+            return super().time_range(**where)
+        return min(int(st.min) for st in stats), max(int(st.max) for st in stats)
 
     def _row_groups(self, columns: Sequence[str], where: dict[str, str | None]
                     ) -> Iterator[pa.Table]:

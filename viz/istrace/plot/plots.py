@@ -219,9 +219,10 @@ def cwnd(samples: SamplesLike, states: pd.DataFrame, events: pd.DataFrame,
     s = as_samples(samples)
     if not s.rows(dir=d):
         return empty_figure(title, f"no TCP samples for direction {d}")
-    span = [(int(c["ts_ns"].min()), int(c["ts_ns"].max())) for c in s.chunks(["ts_ns"], dir=d)
-            if len(c)]
-    t0, t_end = min(a for a, _ in span), max(b for _, b in span)
+    span = s.time_range(dir=d)
+    if span is None:  # rows, none with a time
+        return empty_figure(title, f"no TCP samples for direction {d}")
+    t0, t_end = span
     fig, ax = plt.subplots(figsize=(10, 5))
     # cwnd is the probes' (exact): the pcap's estimates have none
     parts = [c[c["cwnd"].notna()] for c in s.timed(["ts_ns", "cwnd", "ssthresh"], dir=d,
