@@ -58,4 +58,3 @@ def test_an_unreadable_file_is_told_at_the_load(tmp_path):
     bad.write_bytes(b"")
     with pytest.raises((OSError, ValueError)):
         PduTables().add_file("initiator", bad)
-

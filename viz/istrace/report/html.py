@@ -172,12 +172,12 @@ def report(d: Path, out: Path | None = None,
     # what the plots, the diagnosis and the tracer read of the segments, made once, beside
     # the tracer
     step("the payload, the bursts and the data spans of the segments")
-    made: dict[str, Any] = {}
+    spans_made: dict[str, Any] = {}
     try:
         shared_passes(cap)
-        made = {h: data_spans(cap, h) for h in cap.segs}  # made by the passes
+        spans_made = {h: data_spans(cap, h) for h in cap.segs}  # made by the passes
     finally:  # the tracer is not left waiting by a pass that failed
-        feed_tracer(made)
+        feed_tracer(spans_made)
     step("plotting (in two more processes, beside the next steps)")
     feed, plotted = forked.start_fed(plotter, nested=True)
     step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments, in another "
