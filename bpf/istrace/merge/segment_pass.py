@@ -33,7 +33,7 @@ from pandas.api.types import union_categoricals
 # the merge's peak, which the sample and its matching are, with it.
 CLOCK_KEYS = 400_000
 # segments a slice: ~71 bytes each in the file, a few times that while a slice is worked on
-# (a segment writer's peak at 60 s: 174 MB with 1 << 18, 133 with 1 << 17, 116 with 1 << 16
+# (a segment writer's peak at 60 s: 170 MB with 1 << 18, 133 with 1 << 17, 116 with 1 << 16
 # but an eighth slower)
 SLICE_ROWS = 1 << 17
 KEY = ["conn", "dir", "seq", "ack", "len", "flags", "win"]
