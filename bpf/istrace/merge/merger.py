@@ -124,16 +124,28 @@ class Decoded:
     commands: pd.DataFrame | None = None
 
 
-def load_decoded(d: Path) -> Decoded:
+def load_decoded(d: Path, ties: bool = True) -> Decoded:
+    """`ties`: read the tie columns (only the initiator's PDUs tie rows to commands: the
+    target's would be held by the segment writers forked after, 5 MB of a full-rate minute's
+    each)."""
     out = Decoded()
     if (d / layout.PDUS).is_file():
         out.pdus = d / layout.PDUS
-        out.ties = read_table(out.pdus, PDU_TIE_COLUMNS, by_blocks=True)
+        if ties:
+            out.ties = read_table(out.pdus, PDU_TIE_COLUMNS, by_blocks=True)
     if (d / layout.COMMANDS).is_file():
         out.commands = read_table(d / layout.COMMANDS)
         if "itt" in out.commands:
             out.commands["itt"] = attribution.tag_numbers(out.commands["itt"])
     return out
+
+
+def _has_pdus(x: Decoded) -> bool:
+    """Whether a host's decode has a PDU row (its pdus.csv read for it when its tie columns
+    were not)."""
+    if x.ties is not None:
+        return not x.ties.empty
+    return x.pdus is not None and not read_table(x.pdus, ["pdu"], by_blocks=True).empty
 
 
 # ----------------------------------------------------------------------------- clock
@@ -390,20 +402,16 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         del sample
         # the PDUs' tie columns and the commands, read once the clock's matching (the merge's
         # peak) is done with its sample
-        decoded = {h: load_decoded(decoderun.decoded_dir(d, h)) for h in HOSTS}
+        decoded = {h: load_decoded(decoderun.decoded_dir(d, h), ties=h == "initiator")
+                   for h in HOSTS}
         freed.give_back()  # what reading them freed, before the segment writers are forked
         if clock.offset_ns is None:
             notes.append("clock offset unknown (no segment seen at both ends): target times "
                          "are NOT moved; ts_ns_merged = ts_ns for both hosts")
         off = int(clock.offset_ns or 0)
         slack = max(attribution.SLACK_NS, 2 * int(clock.bound_ns or 0))
-        if not staged and not any(x.ties is not None and not x.ties.empty
-                                  for x in decoded.values()) and not seg_bins:
+        if not staged and not seg_bins and not any(_has_pdus(x) for x in decoded.values()):
             raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
-        # only the initiator's PDUs tie rows to commands: the target's would be held by the
-        # processes forked next (5 MB of a full-rate minute's each)
-        decoded["target"].ties = None
-        freed.give_back()
         n_rows, counts = _merge_all(d, staged, decoded, seg_bins, ports, off, slack,
                                     write_csv, notes, scratch, say)
     finally:

@@ -17,13 +17,12 @@ _NEED = ["host", "layer", "event", "source", "conn", "dir", "seq", "ack", "itt",
 
 class CommandTies:
     """The rules, given the initiator's PDUs and commands (pdus.csv with its `cmd` column,
-    commands.csv) and the time slack the clock's bound allows."""
+    commands.csv), the PDUs' SeqIndex and the time slack the clock's bound allows."""
 
     def __init__(self, ini_pdus: pd.DataFrame, ini_cmds: pd.DataFrame, slack: int,
-                 pdu_seq: attribution.SeqIndex | None = None) -> None:
-        # `pdu_seq`: the PDUs' SeqIndex, when the caller made it already
-        self.pdu_seq = pdu_seq if pdu_seq is not None else attribution.SeqIndex(ini_pdus)
-        self.slack = slack
+                 pdu_seq: attribution.SeqIndex) -> None:
+        # `pdu_seq`: the PDUs' SeqIndex, made once by the caller (the segments' ties use it)
+        self.pdu_seq, self.slack = pdu_seq, slack
         self.commands = ini_cmds.copy()
         if "cmd" not in self.commands:
             self.commands["cmd"] = np.arange(len(self.commands))
