@@ -88,7 +88,9 @@ def test_the_held_events_leave_out_socket_io_and_tcp_but_not_the_applications_re
     (tmp_path / "events-target.jsonl").write_text(
         _line(15, "target", "write_exit") + _line(25, "target", "read_exit"))
     cap = load_capture(tmp_path, decode=False)
-    got = list(zip(cap.events["ts_ns"], cap.events["event"].astype(str), strict=True))
+    held = cap.held_events()
+    assert held is not None
+    got = list(zip(held["ts_ns"], held["event"].astype(str), strict=True))
     assert got == [(20, "read_exit"), (30, "pread64_exit"), (50, "bio_queue")]
     tcp = cap.tcp_events()
     assert tcp is not None and tcp["event"].astype(str).tolist() == ["tcp_probe"]
@@ -204,10 +206,12 @@ def test_the_merged_events_are_the_streams(tmp_path: Path) -> None:
     (tmp_path / "events-initiator.jsonl").write_text("")  # read from merged.parquet, or nothing
     (tmp_path / "events-target.jsonl").write_text("")
     cap = load_capture(tmp_path, decode=False)
-    assert streams is not None and cap.events is not None and tcp_streams is not None
-    assert cap.events["event"].astype(str).tolist() == [
+    held = cap.held_events()
+    assert streams is not None and held is not None and tcp_streams is not None
+    assert held["event"].astype(str).tolist() == [
         "tgt_cmd_queue", "pread64_exit", "tgt_io_done", "cmd_issue", "cmd_done"]
-    pd.testing.assert_frame_equal(cap.events, streams)
+    pd.testing.assert_frame_equal(held, streams)
+    assert not any(m.startswith("probe events") for m in cap.missing)
     tcp = cap.tcp_events()
     assert tcp is not None and tcp["event"].astype(str).tolist() == ["tcp_probe", "cong_state"]
     pd.testing.assert_frame_equal(tcp, tcp_streams)

@@ -173,7 +173,7 @@ def test_analyses_answer_the_same_from_the_file(both) -> None:
     assert len(got.samples) > 1000
     pd.testing.assert_frame_equal(got.samples.frame(), want.samples.frame())
     for k in ("states", "events"):
-        pd.testing.assert_frame_equal(getattr(got, k), getattr(want, k))
+        pd.testing.assert_frame_equal(getattr(got, k).frame(), getattr(want, k).frame())
     assert got.notes == want.notes
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 from istrace.capture.layout import track_files
 from istrace.capture.outputs import write_track_tables
 from istrace.capture.tracksamples import FileSamples, Samples, as_samples
@@ -92,3 +93,66 @@ def test_a_large_table_is_written_a_series_a_row_group_at_a_time(tmp_path: Path)
                         want[col].notna().sum() if col != "cwnd" else 0)
     ev = pd.read_parquet(paths[2])
     assert ev["note"].isna().sum() == n - 3 and ev["note"].tolist()[-3:] == ["late"] * 3
+
+
+def _marks(n: int, seed: int = 5) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "ts_ns": rng.permutation(n).astype(np.int64),
+        "conn": pd.Categorical(rng.choice(["a:1-b:2", "a:3-b:2"], n)),
+        "dir": rng.choice(["t2i", "i2t"], n),  # text, not categorical: converted
+        "host": "target", "source": rng.choice(["exact", "estimated"], n),
+        "kind": pd.Categorical(rng.choice(["retransmit", "dupack", "loss_episode"], n)),
+        "seq": rng.random(n) * 1e9, "bytes": np.where(rng.random(n) < 0.5, 1448.0, np.nan),
+        "cmd": np.where(rng.random(n) < 0.3, np.nan, rng.integers(0, 50, n).astype(float)),
+        "note": pd.Categorical([None] * n)})[EVENT_COLUMNS]
+
+
+def test_marks_read_from_the_file_are_the_rows_held(tmp_path: Path) -> None:
+    """A table of marks written in frames (more rows than a block holds) reads back, whole or
+    picked by label, as the same rows the table in memory gives; the loss of each command and
+    the time in each state, summed a block at a time, are those of the whole table."""
+    from istrace.capture.tracktables import GROUP_ROWS, FileTable, FrameTable, TableWriter
+    from istrace.track.tracker import TrackResult, loss_commands, state_time
+
+    n = 3 * GROUP_ROWS + 17
+    ev = _marks(n)
+    with TableWriter(tmp_path / "ev.parquet", EVENT_COLUMNS) as w:
+        w.write(ev.iloc[:1000])
+        w.write(ev.iloc[1000:])
+    filed, held = w.close(), FrameTable(EVENT_COLUMNS, ev)
+    assert len(filed) == n and len(FileTable.open(tmp_path / "ev.parquet")) == n
+    assert len(list(filed.blocks(["ts_ns"]))) >= 4  # never all at once
+    for where in ({}, {"kind": "retransmit"}, {"kind": ("retransmit", "loss_episode"),
+                                                "dir": "t2i", "conn": "a:3-b:2"}):
+        a, b = filed.read(**where), held.read(**where)
+        assert len(a) > 0
+        pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True),
+                                      check_dtype=False, check_categorical=False)
+        assert a["note"].isna().all()
+    assert filed.read(["ts_ns"], kind="nothing").empty
+    st = pd.DataFrame({"conn": ["c"] * n, "dir": "t2i", "host": "target",
+                       "source": ev["source"].to_numpy(), "state": ev["kind"].astype(str),
+                       "start_ns": ev["ts_ns"], "end_ns": ev["ts_ns"] + ev.index.to_numpy() % 7})
+    st_filed = TableWriter(tmp_path / "st.parquet", STATE_COLUMNS)
+    st_filed.write(st)
+    one = TrackResult(states=FrameTable(STATE_COLUMNS, st), events=held)
+    two = TrackResult(states=st_filed.close(), events=filed)
+    pd.testing.assert_frame_equal(loss_commands(two), loss_commands(one))
+    pd.testing.assert_frame_equal(state_time(two), state_time(one))
+    hit = ev[ev["kind"].isin(["retransmit", "loss_episode"]) & ev["cmd"].notna()]
+    assert loss_commands(two)["retransmits"].sum() == len(hit)
+    assert state_time(two)["total_ns"].sum() == int((st["end_ns"] - st["start_ns"]).sum())
+
+
+def test_a_failed_writer_leaves_no_table(tmp_path: Path) -> None:
+    from istrace.capture.tracktables import TableWriter
+
+    path = tmp_path / "ev.parquet"
+    with pytest.raises(RuntimeError):
+        with TableWriter(path, EVENT_COLUMNS) as w:
+            w.write(_marks(10))
+            raise RuntimeError("the tracking failed")
+    assert list(tmp_path.iterdir()) == []
+    empty = TableWriter(path, EVENT_COLUMNS).close()  # no rows: still a readable table
+    assert empty.empty and list(pd.read_parquet(path).columns) == EVENT_COLUMNS

@@ -26,7 +26,7 @@ def test_loader_finds_everything(cap1):
     assert set(cap.segs) == {"initiator", "target"}
     assert set(cap.pdus) == {"initiator", "target"} and set(cap.commands) == {"initiator",
                                                                               "target"}
-    assert cap.events is not None and not cap.warnings
+    assert cap.held_events() is not None and not cap.warnings
     assert any("merged.parquet" in m for m in cap.missing)
 
 
@@ -117,7 +117,7 @@ def test_resp_times_and_sizes(cap1):
     cap, t = cap1
     rt = data.resp_times(cap.commands["initiator"]).to_numpy()
     assert np.allclose(rt, (np.asarray(t.resp) - np.asarray(t.issue)) / 1000)
-    sizes = data.block_sizes(cap.commands["initiator"], cap.events)
+    sizes = data.block_sizes(cap.commands["initiator"], cap.held_events())
     assert sizes["syscall"]["typical"] == 64 * 32768
     assert sizes["block"]["typical"] == 524288 and sizes["block"]["count"] == 4
     assert sizes["scsi_command"]["typical"] == 32768 and sizes["scsi_command"]["count"] == 64
@@ -165,14 +165,15 @@ def test_track_on_capture(cap1):
     samples = tr.samples.frame()
     ex = samples[samples["source"] == "exact"]
     assert len(ex) == 16 and ex["cwnd"].tolist() == [10 + k for k in range(0, 64, 4)]
-    cwr = tr.states[tr.states["state"] == "CWR"]
+    st = tr.states.frame()
+    cwr = st[st["state"] == "CWR"]
     assert cwr[["start_ns", "end_ns"]].values.tolist() == [[t.resp[2], t.resp[2] + 1_000_000]]
     est = samples[(samples["source"] == "estimated") & (samples["dir"] == "t2i")]
     assert (est["host"] == "target").all()
     assert est["inflight_bytes"].max() <= 32768 + 96 and est["inflight_bytes"].iloc[-1] == 0
     rtt = est["rtt_us"].dropna()
     assert ((rtt >= 2 * t.owd_ns / 1000) & (rtt < 2 * t.owd_ns / 1000 + 20)).all()
-    assert tr.events.empty or not (tr.events["kind"] == "retransmit").any()
+    assert tr.events.empty or not (tr.events.frame()["kind"] == "retransmit").any()
 
 
 def test_plots_render(cap1, tmp_path):
@@ -571,8 +572,9 @@ def test_tracked_to_file_is_the_tracked_in_memory(tmp_path, monkeypatch):
     same = {"check_categorical": False, "check_dtype": False}
     pd.testing.assert_frame_equal(filed.samples.frame(), held.samples.frame(), **same)
     assert len(held.samples.frame()) > 100
-    pd.testing.assert_frame_equal(filed.states, held.states)
-    pd.testing.assert_frame_equal(filed.events, held.events)
+    for name in ("states", "events"):
+        pd.testing.assert_frame_equal(getattr(filed, name).frame(), getattr(held, name).frame(),
+                                      check_categorical=False)
     assert all(p.is_file() for p in layout.track_files(tmp_path / layout.TRACK))
     (tmp_path / layout.TRACK).unlink()
     monkeypatch.setattr(of_capture.os, "access", lambda *_: False)

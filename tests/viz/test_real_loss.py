@@ -27,7 +27,7 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     assert dropped > 0, "a 20-packet queue should overflow in slow start"
     cap = load_tracked(out)
     sent = cap.segs["target"].frame().query("dir == 't2i' and len > 0")
-    ev = cap.track.events
+    ev = cap.track.events.frame()
     rtx = ev[(ev["kind"] == "retransmit") & (ev["dir"] == "t2i") & (ev["host"] == "target")]
     # At the sender, before the queue, every byte sent more than once is a retransmission:
     # the tracker's retransmitted bytes are exactly the excess over the stream's extent.
@@ -49,7 +49,7 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     # count is of its own queue; a resent copy it still held when the capture stopped, or one
     # it dropped while tcpdump's window had closed, is not in it)
     assert 0.8 * dropped <= needed <= 1.3 * dropped + 10, (dropped, len(rtx), twice, needed)
-    st = cap.track.states
+    st = cap.track.states.frame()
     assert st["state"].isin(["Recovery", "Loss"]).sum() >= 1
     # Losses tied to the READ they hit (a resent login or response PDU may have none).
     assert rtx["cmd"].notna().mean() >= 0.9, rtx["cmd"].isna().sum()
@@ -58,6 +58,6 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
                                       dirs=("t2i",), slice_rows=rows) for rows in (10**9, 997))
     pd.testing.assert_frame_equal(sliced.samples.frame(), one.samples.frame())
     for name in ("events", "states"):
-        pd.testing.assert_frame_equal(getattr(sliced, name), getattr(one, name))
+        pd.testing.assert_frame_equal(getattr(sliced, name).frame(), getattr(one, name).frame())
     diag = diagnosis.diagnose(cap)
     assert "emulated path" in " ".join(diag["findings"])

@@ -55,17 +55,17 @@ def random_transfer(seed: int, n: int = 300) -> pd.DataFrame:
 def test_any_slicing_gives_the_rows_of_one_slice(seed):
     segs = random_transfer(seed)
     one = track.track_pcap(segs, None, host="target", dirs=("t2i", "i2t"), slice_rows=10**9)
-    kinds = set(one.events["kind"])
+    kinds = set(one.events.frame()["kind"])
     # the transfer exercises what the slices carry across their cuts
     assert {"retransmit", "dupack", "loss_episode"} <= kinds, kinds
-    assert {"Recovery", "Loss"} <= set(one.states["state"]), one.states
+    assert {"Recovery", "Loss"} <= set(one.states.frame()["state"]), one.states.frame()
     assert one.samples.frame()["rtt_us"].notna().sum() > 50
     for rows in (1, 2, 3, 7, 64, 301):
         got = track.track_pcap(segs, None, host="target", dirs=("t2i", "i2t"),
                                slice_rows=rows)
         pd.testing.assert_frame_equal(got.samples.frame(), one.samples.frame())
-        pd.testing.assert_frame_equal(got.events, one.events)
-        pd.testing.assert_frame_equal(got.states, one.states)
+        pd.testing.assert_frame_equal(got.events.frame(), one.events.frame())
+        pd.testing.assert_frame_equal(got.states.frame(), one.states.frame())
 
 
 def test_karn_ignores_only_retransmissions_sent_before_the_ack():
@@ -119,6 +119,6 @@ def test_a_loss_past_4_gib_is_tied_to_its_own_command():
         "conn": segs["conn"].iloc[0], "dir": "t2i", "opcode_name": "SCSI Data-In",
         "cmd": cmds, "ts_ns": 1_000_000_000 + cmds * per_cmd * 10_000,
         "tcp_seq": (isn + 1 + cmds * per_cmd * seg_len) % 2**32})
-    ev = track.track_pcap(segs, pdus, host="target", dirs=("t2i",)).events
+    ev = track.track_pcap(segs, pdus, host="target", dirs=("t2i",)).events.frame()
     rtx = ev[ev["kind"] == "retransmit"]
     assert rtx["cmd"].tolist() == [90]

@@ -64,13 +64,13 @@ def test_pcap_estimates_known_truth():
     assert np.isnan(s.set_index("ts_ns").loc[60 * MS, "rtt_us"])
     # Receive window: the initiator's 400 scaled by its SYN's shift 7.
     assert s.set_index("ts_ns").loc[60 * MS, "rwnd"] == 400 * 128
-    ev = res.events
+    ev = res.events.frame()
     rtx = ev[ev["kind"] == "retransmit"]
     assert len(rtx) == 1 and rtx["seq"].iloc[0] == 2000 and rtx["cmd"].iloc[0] == 0
     assert (ev["kind"] == "dupack").sum() == 7
     ep = ev[ev["kind"] == "loss_episode"]
     assert len(ep) == 1 and ep["ts_ns"].iloc[0] == 45 * MS  # the 3rd duplicate ACK
-    st = res.states
+    st = res.states.frame()
     rec = st[st["state"] == "Recovery"]
     assert len(rec) == 1
     assert rec["start_ns"].iloc[0] == 45 * MS and rec["end_ns"].iloc[0] == 60 * MS
@@ -86,7 +86,7 @@ def test_pcap_timeout_loss_no_dupacks():
             seg(300, "t", b, ISN_I + 1, TCP_ACK, 1000),  # RTO retransmission
             seg(310, "i", ISN_I + 1, b + 1000)]
     res = track.track_pcap(conn_and_dir(pd.DataFrame(rows)), dirs=("t2i",))
-    st = res.states
+    st = res.states.frame()
     assert st["state"].tolist() == ["Loss"]
     assert st["start_ns"].iloc[0] == 300 * MS and st["end_ns"].iloc[0] == 310 * MS
 
@@ -110,9 +110,10 @@ def test_probe_events_exact():
     s = res.samples.frame()
     assert len(s) == 4 and (s["source"] == "exact").all() and (s["dir"] == "t2i").all()
     assert s["cwnd"].tolist() == [10, 20, 10, 12]
-    st = res.states
+    st = res.states.frame()
     assert st[["state", "start_ns", "end_ns"]].values.tolist() == [["CWR", 2, 5], ["Open", 5, 7]]
-    assert res.events["kind"].tolist() == ["retransmit"] and res.events["seq"].iloc[0] == 777
+    ev = res.events.frame()
+    assert ev["kind"].tolist() == ["retransmit"] and ev["seq"].iloc[0] == 777
 
 
 def read_with_commands() -> pd.DataFrame:

@@ -12,26 +12,40 @@ from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_track_tables
 from istrace.capture.tracksamples import SampleWriter
+from istrace.capture.tracktables import EVENT_COLUMNS, STATE_COLUMNS, TableWriter
 from istrace.track import tracker as track
 
 
 def track_capture(cap: Capture, out: Path | None = None) -> track.TrackResult:
     """Each data direction is best seen where it is sent; with one pcap, both from there.
-    With `out`, the samples are written there (track.parquet) as they are made and read back
-    from it where a step asks: none are held (a row per packet: millions)."""
+    With `out`, the samples are written there (track.parquet) as they are made, and the
+    states and events beside it (layout.track_files) as each direction's are finished; each is
+    read back from its file where a step asks: none are held (a row per packet: millions; a
+    lossy minute's marks: a hundred thousand)."""
     if out is None:
-        return _track(cap, None)
-    with SampleWriter(out) as w:
-        res = _track(cap, w)
-    res.samples = w.close()
+        return _track(cap, None, None)
+    _, states_at, events_at = layout.track_files(out)
+    with SampleWriter(out) as w, TableWriter(states_at, STATE_COLUMNS) as ws, \
+            TableWriter(events_at, EVENT_COLUMNS) as we:
+        res = _track(cap, w, (ws, we))
+    res.samples, res.states, res.events = w.close(), ws.close(), we.close()
     return res
 
 
-def _track(cap: Capture, sink: SampleWriter | None) -> track.TrackResult:
+def _track(cap: Capture, sink: SampleWriter | None,
+           tables: tuple[TableWriter, TableWriter] | None) -> track.TrackResult:
     res = track.TrackResult()
+
+    def add(part: track.TrackResult) -> None:
+        if tables is not None:  # written as found, not joined here
+            tables[0].write(part.states)
+            tables[1].write(part.events)
+            part.states, part.events = track.TrackResult().states, track.TrackResult().events
+        res.extend(part)
+
     events = cap.tcp_events(track.PROBE_COLUMNS)
     if events is not None:
-        res.extend(track.track_events(events, sink))
+        add(track.track_events(events, sink))
     else:
         res.notes.append("no probe events (events-*.jsonl): cwnd/ssthresh/CA state unknown, "
                          "pcap estimates only")
@@ -40,14 +54,14 @@ def _track(cap: Capture, sink: SampleWriter | None) -> track.TrackResult:
     both = len(cap.segs) == 2
     for host, segs in cap.segs.items():
         dirs = (("t2i",) if host == "target" else ("i2t",)) if both else ("i2t", "t2i")
-        res.extend(track.track_pcap(segs, pdus, host=host, dirs=dirs, sink=sink))
+        add(track.track_pcap(segs, pdus, host=host, dirs=dirs, sink=sink))
     if not cap.segs:
         res.notes.append("no initiator.pcap/target.pcap: no pcap estimates")
     return res
 
 
 def track_to_file(cap: Capture, out: Path) -> track.TrackResult:
-    """track_capture with its samples in `out` and the states and events written beside
+    """track_capture with its samples in `out` and the states and events beside
     (layout.track_files): the three tables the report, `istrace plot` and `compare` read."""
     res = track_capture(cap, out)
     write_track_tables(res.samples, res.states, res.events, out)

@@ -21,18 +21,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from istrace.capture.decoded import TCP_SYN
-from istrace.capture.labels import label_codes, object_labels
+from istrace.capture.labels import concat_labelled, label_codes, object_labels
 from istrace.capture.segsource import Segments, SegmentsLike, as_segments, row_slices
 from istrace.capture.slices import SLICE_ROWS
 from istrace.capture.tcpseq import unwrap
 from istrace.capture.tracksamples import COLUMNS as SAMPLE_COLUMNS
 from istrace.capture.tracksamples import FrameSamples, Key, Samples, SampleWriter
+from istrace.capture.tracktables import (
+    EVENT_COLUMNS,
+    STATE_COLUMNS,
+    FrameTable,
+    TrackTable,
+)
 from istrace.system import freed
 from istrace.track import estimate
-from pandas.api.types import union_categoricals
 
-STATE_COLUMNS = ["conn", "dir", "host", "source", "state", "start_ns", "end_ns"]
-EVENT_COLUMNS = ["ts_ns", "conn", "dir", "host", "source", "kind", "seq", "bytes", "cmd", "note"]
 CA_STATES = ["Open", "Disorder", "CWR", "Recovery", "Loss"]
 
 _U32 = 1 << 32
@@ -41,47 +44,45 @@ _U32 = 1 << 32
 @dataclass
 class TrackResult:
     samples: Samples = field(default_factory=FrameSamples)
-    states: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STATE_COLUMNS))
-    events: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVENT_COLUMNS))
+    states: TrackTable = field(default_factory=lambda: FrameTable(STATE_COLUMNS))
+    events: TrackTable = field(default_factory=lambda: FrameTable(EVENT_COLUMNS))
     notes: list[str] = field(default_factory=list)
 
     def extend(self, other: TrackResult) -> None:
         """Append `other`'s tables (its own are used up: their columns move here). Samples
-        in memory are joined; written ones are the writer's (`SampleWriter.close`)."""
+        in memory are joined; written ones are the writer's (`SampleWriter.close`), and so
+        are states and events written (`TableWriter`: `other`'s are written there first)."""
         if other.samples.empty:
             pass
         elif self.samples.empty:
             self.samples = other.samples
         elif isinstance(self.samples, FrameSamples) and isinstance(other.samples, FrameSamples):
-            self.samples = FrameSamples(_concat([self.samples.df, other.samples.df],
-                                                SAMPLE_COLUMNS))
+            self.samples = FrameSamples(concat_labelled([self.samples.df, other.samples.df],
+                                                        SAMPLE_COLUMNS))
         else:
             raise ValueError("samples written to a file join only through their writer")
-        self.states = _concat([self.states, other.states], STATE_COLUMNS)
-        self.events = _concat([self.events, other.events], EVENT_COLUMNS)
+        self.states = _joined(self.states, other.states, STATE_COLUMNS)
+        self.events = _joined(self.events, other.events, EVENT_COLUMNS)
         self.notes += other.notes
 
 
-def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
-    frames = [f for f in frames if not f.empty]
-    if not frames:
-        return pd.DataFrame(columns=columns)
-    if len(frames) == 1:  # the usual case (one connection, one direction): no copy
-        return frames[0][columns]
-    out = {}
-    for c in columns:
-        # A column at a time, each taken out of its frames as it is joined: millions of
-        # samples are never held twice over, only one column of them.
-        parts = [f.pop(c) for f in frames]
-        if all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
-            # label columns stay categorical (pd.concat makes text of categoricals whose
-            # labels differ, the per-connection ones always do): millions of rows, few labels
-            out[c] = union_categoricals([pd.Categorical.from_codes(
-                p.cat.codes, p.cat.categories.astype(object)) for p in parts])
-        else:
-            out[c] = pd.concat(parts, ignore_index=True)
-        del parts
-    return pd.DataFrame(out, columns=columns, copy=False)
+def _joined(a: TrackTable, b: TrackTable, columns: list[str]) -> TrackTable:
+    if b.empty:
+        return a
+    if a.empty:
+        return b
+    if isinstance(a, FrameTable) and isinstance(b, FrameTable):
+        return FrameTable(columns, concat_labelled([a.df, b.df], columns))
+    raise ValueError("states and events written to a file join only through their writer")
+
+
+def _states(rows: list[tuple[object, ...]]) -> FrameTable:
+    """CA-state intervals as a table, the labels categorical as the events' (and as a
+    written table reads back)."""
+    df = pd.DataFrame(rows, columns=STATE_COLUMNS)
+    for c in ("conn", "dir", "host", "source", "state"):
+        df[c] = object_labels(df[c].to_numpy(dtype=object))
+    return FrameTable(STATE_COLUMNS, df)
 
 
 def _frame(data: dict[str, object], columns: list[str], n: int) -> pd.DataFrame:
@@ -205,20 +206,20 @@ def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> Trac
             for j, i in enumerate(starts):
                 rows.append((conn, d, host_cs[sel][0], "exact", st[i], int(ts[i]),
                              int(ends[j])))
-        res.states = pd.DataFrame(rows, columns=STATE_COLUMNS)
+        res.states = _states(rows)
 
     is_rt = is_event("retransmit")
     if is_rt.any():
         rt = ev[is_rt]
         n = len(rt)
-        res.events = _frame({
+        res.events = FrameTable(EVENT_COLUMNS, _frame({
             "ts_ns": rt["ts_ns"].to_numpy(np.int64), "conn": cat(c_code[is_rt], c_uniq),
             "dir": cat(d_code[is_rt], dirs), "host": cat(h_code[is_rt], h_uniq),
             "source": _const(n, "exact"), "kind": _const(n, "retransmit"),
             "seq": _num(rt, "seq"), "bytes": _num(rt, "bytes"),
             "note": (object_labels(rt["reason"].to_numpy(dtype=object))
                      if "reason" in rt.columns else None),
-        }, EVENT_COLUMNS, n)
+        }, EVENT_COLUMNS, n))
     return res
 
 
@@ -355,7 +356,7 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
             "source": _const(n, "estimated"),
             "ca_state": pd.Categorical.from_codes(np.full(n, -1, np.int8), CA_STATES)},
             SAMPLE_COLUMNS, n))
-    res.states = pd.DataFrame(states, columns=STATE_COLUMNS)
+    res.states = _states(states)
     if events is not None:
         # the label columns categorical, as the samples' (a lossy minute's hundred thousand
         # events as text were 14 MB, held by the report's process and sent to its plotter)
@@ -364,7 +365,8 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
                            "note": object_labels(events["note"]), "conn": _const(n, conn),
                            "dir": _const(n, d), "host": _const(n, host),
                            "source": _const(n, "estimated")})
-        res.events = ev.sort_values("ts_ns", kind="stable")[EVENT_COLUMNS].reset_index(drop=True)
+        res.events = FrameTable(EVENT_COLUMNS, ev.sort_values("ts_ns", kind="stable")[EVENT_COLUMNS]
+                                .reset_index(drop=True))
     return res
 
 
@@ -396,20 +398,32 @@ def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str,
 
 
 def loss_commands(res: TrackResult) -> pd.DataFrame:
-    """Commands hit by retransmissions/loss episodes: cmd, count, first time."""
-    ev = res.events
-    if ev.empty:
+    """Commands hit by retransmissions/loss episodes: cmd, count, first time. The marks are
+    read a block at a time (a lossy hour's are millions), each block's commands summed."""
+    parts = []
+    for b in res.events.blocks(["cmd", "ts_ns"], kind=("retransmit", "loss_episode")):
+        b = b[b["cmd"].notna()]
+        parts.append(b.groupby("cmd").agg(retransmits=("ts_ns", "size"),
+                                          first_ts_ns=("ts_ns", "min")))
+    if not parts:
         return pd.DataFrame(columns=["cmd", "retransmits", "first_ts_ns"])
-    hit = ev[ev["kind"].isin(["retransmit", "loss_episode"]) & ev["cmd"].notna()]
-    return (hit.groupby("cmd").agg(retransmits=("kind", "size"), first_ts_ns=("ts_ns", "min"))
+    return (pd.concat(parts).groupby(level="cmd")
+            .agg(retransmits=("retransmits", "sum"), first_ts_ns=("first_ts_ns", "min"))
             .reset_index())
 
 
+_STATE_KEYS = ["conn", "dir", "state", "source"]
+
+
 def state_time(res: TrackResult) -> pd.DataFrame:
-    """Total time per (conn, dir, state, source), in ns, with the number of intervals."""
-    st = res.states
-    if st.empty:
-        return pd.DataFrame(columns=["conn", "dir", "state", "source", "intervals", "total_ns"])
-    st = st.assign(dur=st["end_ns"].astype(np.int64) - st["start_ns"].astype(np.int64))
-    return (st.groupby(["conn", "dir", "state", "source"])
-            .agg(intervals=("dur", "size"), total_ns=("dur", "sum")).reset_index())
+    """Total time per (conn, dir, state, source), in ns, with the number of intervals; the
+    intervals read a block at a time, each block's summed."""
+    parts = []
+    for b in res.states.blocks([*_STATE_KEYS, "start_ns", "end_ns"]):
+        dur = b["end_ns"].to_numpy(np.int64) - b["start_ns"].to_numpy(np.int64)
+        keys = pd.DataFrame({k: b[k].astype(object).to_numpy() for k in _STATE_KEYS})
+        parts.append(keys.assign(dur=dur).groupby(_STATE_KEYS, sort=False)
+                     .agg(intervals=("dur", "size"), total_ns=("dur", "sum")))
+    if not parts:
+        return pd.DataFrame(columns=[*_STATE_KEYS, "intervals", "total_ns"])
+    return pd.concat(parts).groupby(level=_STATE_KEYS).sum().reset_index()

@@ -4,8 +4,11 @@ millions of strings (seconds a full-rate capture); a categorical compares its co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 
 def is_(col: pd.Series, value: str) -> pd.Series:
@@ -46,3 +49,25 @@ def used_labels(codes: np.ndarray, labels: pd.Index) -> pd.Categorical:
     renumber[present] = np.arange(len(present))
     return pd.Categorical.from_codes(renumber[codes], labels[present])
 
+
+
+def concat_labelled(frames: list[pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
+    """Tables of `columns` one after the other, label columns kept categorical (pd.concat makes
+    text of categoricals whose labels differ: the per-connection ones always do). A column at a
+    time, each taken out of its frames as it is joined: millions of rows are never held twice
+    over, only one column of them (the frames are used up)."""
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=list(columns))
+    if len(frames) == 1:  # the usual case (one connection, one direction): no copy
+        return frames[0][list(columns)]
+    out = {}
+    for c in columns:
+        parts = [f.pop(c) for f in frames]
+        if all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
+            out[c] = union_categoricals([pd.Categorical.from_codes(
+                p.cat.codes, p.cat.categories.astype(object)) for p in parts])
+        else:
+            out[c] = pd.concat(parts, ignore_index=True)
+        del parts
+    return pd.DataFrame(out, columns=list(columns), copy=False)

@@ -58,9 +58,10 @@ class Capture:
     # host -> its TCP segments, read from segments.bin a slice at a time (a table given here
     # is wrapped: istrace.capture.segsource)
     segs: dict[str, Segments] = field(default_factory=dict)
-    # probe events, both hosts: load_capture keeps those the analysis reads but the TCP
-    # layer's (events.held_rows: not the hosts' socket I/O system calls, not the TCP samples,
-    # which tcp_events() reads when the tracker runs); all_events() reads every one
+    # probe events, both hosts, when a table is given here; load_capture holds none:
+    # held_events() reads those the analysis reads when a step asks (events.held_rows: not the
+    # hosts' socket I/O system calls, not the TCP samples, which tcp_events() reads when the
+    # tracker runs); all_events() reads every one
     events: pd.DataFrame | None = None
     events_complete: bool = True  # False: `events` is events.held_rows' share
     tcp_held: bool = True         # False: `events` has none of the TCP layer's events
@@ -109,6 +110,15 @@ class Capture:
         """The initiator's PDUs, else the target's (read now: not held)."""
         host = self.pdus.first(HOSTS)
         return self.pdus.read(host) if host is not None else None
+
+    def held_events(self) -> pd.DataFrame | None:
+        """The probe events the analysis reads (events.held_rows'; every one when `events`
+        holds them all): those held, else read now and not kept. Only the diagnosis reads
+        them: read at load, a minute's 18 000 were 4 MB in the report's process and in each
+        it forked (the tracing, the drawing and the tracking processes)."""
+        if self.events is not None or self.events_complete:
+            return self.events
+        return _read_events(self.dir, self.merged_columns, held_rows)
 
     def release_events(self) -> None:
         """Let go of the probe events held, in a process that reads none of them (the report's
@@ -230,9 +240,10 @@ def load_capture(d: str | Path, decode: bool = True,
             cap.warnings.append(f"merged.parquet unreadable: {exc}")
     else:
         cap.missing.append("merged.parquet (istrace merge): layers aligned from raw tables")
-    cap.events = _read_events(d, cap.merged_columns, held_rows)
-    cap.events_complete = cap.tcp_held = False
-    if cap.events is None:
+    cap.events_complete = cap.tcp_held = False  # read when asked (held_events)
+    streams = layout.events_files(d)
+    if not streams or (not any(f.stat().st_size for f in streams)
+                       and not set(EVENT_NAMES) <= set(cap.merged_columns)):
         cap.missing.append("probe events (events-*.jsonl): no syscall/block/SCSI layers, "
                            "no exact cwnd/CA state")
     cap.sockstats, cap.cpu = load_hoststats(d)

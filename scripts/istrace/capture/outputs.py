@@ -14,14 +14,21 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from istrace.capture import layout
 from istrace.capture.tracksamples import FileSamples, SamplesLike, as_samples, write_samples
+from istrace.capture.tracktables import (
+    EVENT_COLUMNS,
+    STATE_COLUMNS,
+    TrackTable,
+    as_table,
+    write_table,
+)
 
 
-def write_track_tables(samples: SamplesLike, states: pd.DataFrame, events: pd.DataFrame,
-                       out: Path) -> list[Path]:
+def write_track_tables(samples: SamplesLike, states: pd.DataFrame | TrackTable,
+                       events: pd.DataFrame | TrackTable, out: Path) -> list[Path]:
     """The tracker's three tables (layout.track_files) beside each other: Parquet (a sample
     per packet makes millions of rows: 2.4 s of CSV for the 2 M of a 10 s full-rate
-    capture), CSV when `out` ends in .csv. Samples already written to `out` (the tracker's
-    SampleWriter) stay as they are."""
+    capture), CSV when `out` ends in .csv. Tables already written where they go (the
+    tracker's writers) stay as they are."""
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = list(layout.track_files(out))
     s = as_samples(samples)
@@ -29,36 +36,13 @@ def write_track_tables(samples: SamplesLike, states: pd.DataFrame, events: pd.Da
         _write_csv(s.frame(), paths[0])
     elif not (isinstance(s, FileSamples) and s.path.resolve() == paths[0].resolve()):
         write_samples(s, paths[0])
-    for table, path in zip((states, events), paths[1:], strict=True):
+    for table, columns, path in ((states, STATE_COLUMNS, paths[1]),
+                                 (events, EVENT_COLUMNS, paths[2])):
         if path.suffix == ".csv":
-            _write_csv(table, path)
+            _write_csv(as_table(table, columns).frame(), path)
         else:
-            _write_parquet(table, path)
+            write_table(table, path, columns)
     return paths
-
-
-# rows converted to Arrow at a time: a whole tracker table at once (millions of samples) was
-# a second copy of it, the report's peak on a 60 s capture
-_PARQUET_ROWS = 1 << 18
-
-
-def _write_parquet(df: pd.DataFrame, path: Path) -> None:
-    """Label columns stay dictionary-encoded; a column of mixed Python objects (an empty
-    table's) is written as text. A row group of _PARQUET_ROWS rows at a time, all of one
-    schema, the whole table's."""
-    try:
-        schema = pa.Schema.from_pandas(df, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        df = df.astype({c: str for c in df.columns if df[c].dtype == object})
-        schema = pa.Schema.from_pandas(df, preserve_index=False)
-    # dictionary pages for the label columns only (on millions of distinct times and
-    # numbers they are built and thrown away); lz4: a third faster than snappy, as small
-    labels = [f.name for f in schema
-              if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
-    with pq.ParquetWriter(path, schema, compression="lz4", use_dictionary=labels) as w:
-        for a in range(0, max(len(df), 1), _PARQUET_ROWS):
-            w.write_table(pa.Table.from_pandas(df.iloc[a:a + _PARQUET_ROWS], schema=schema,
-                                               preserve_index=False))
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:

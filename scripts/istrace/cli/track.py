@@ -49,9 +49,9 @@ def summary(res: track.TrackResult) -> str:
         elif (srtt := s.order_stats("srtt_us", **where)).n:
             part.append(f"srtt median {srtt.median:.0f} us")
         lines.append(", ".join(part))
-    ev = res.events
+    ev = res.events.read(["dir", "kind"])
     if not ev.empty:
-        counts = ev.groupby(["dir", "kind"]).size()
+        counts = ev.groupby(["dir", "kind"], observed=True).size()
         lines.append("marks: " + ", ".join(f"{d} {k}={n}" for (d, k), n in counts.items()))
     st = track.state_time(res)
     for _, r in st[st["state"] != "Open"].iterrows():

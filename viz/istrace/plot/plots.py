@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from istrace.capture.tracksamples import Samples, SamplesLike, as_samples  # noqa: E402
+from istrace.capture.tracktables import EVENT_COLUMNS, STATE_COLUMNS, TrackTable, as_table  # noqa: E402
 from istrace.plot import data  # noqa: E402
 from istrace.plot.png import save_png  # noqa: E402
 from istrace.plot.thin import Thinner, thin  # noqa: E402
@@ -211,7 +212,8 @@ def _thinned(s: Samples, d: str, column: str, max_points: int) -> pd.DataFrame:
     return th.frame(["ts_ns", column])
 
 
-def cwnd(samples: SamplesLike, states: pd.DataFrame, events: pd.DataFrame,
+def cwnd(samples: SamplesLike, states: pd.DataFrame | TrackTable,
+         events: pd.DataFrame | TrackTable,
          thr: pd.DataFrame | None = None, d: str = "t2i",
          title: str = "Congestion window and CA state") -> Figure:
     # the tracker's samples are a row per segment and ACK, millions at full rate: read a
@@ -242,7 +244,9 @@ def cwnd(samples: SamplesLike, states: pd.DataFrame, events: pd.DataFrame,
         ax.step(_ms(est["ts_ns"], t0), est["inflight_bytes"] / 1024, where="post",
                 color="tab:blue", lw=0.8, label="bytes in flight [KiB] (estimated from pcap)")
         ax.set_ylabel("KiB in flight (cwnd unknown without probes)")
-    st = states[(states["dir"] == d)] if not states.empty else states
+    # the direction's intervals and retransmissions only, read from their files (a lossy
+    # minute has a hundred thousand marks)
+    st = as_table(states, STATE_COLUMNS).read(["state", "source", "start_ns", "end_ns"], dir=d)
     px = max((t_end - t0) / 1e6 / 2000, 1e-9)  # ~ one pixel, in ms
     for state, g in st.groupby("state", sort=False):
         c = STATE_COLORS.get(str(state))
@@ -255,8 +259,7 @@ def cwnd(samples: SamplesLike, states: pd.DataFrame, events: pd.DataFrame,
         ax.broken_barh(list(zip(a, w, strict=True)), (0, 1), transform=ax.get_xaxis_transform(),
                        color=c, alpha=0.5, lw=0,
                        label=f"{state} ({', '.join(sorted(set(g['source'])))}; {len(g)}x)")
-    ev = events[(events["dir"] == d) & events["kind"].isin(["retransmit"])] if not \
-        events.empty else events
+    ev = as_table(events, EVENT_COLUMNS).read(["ts_ns", "source"], dir=d, kind="retransmit")
     if not ev.empty and ev["source"].nunique() > 1:  # the same retransmissions seen twice
         ev = ev[ev["source"] == "estimated"]
     if not ev.empty:

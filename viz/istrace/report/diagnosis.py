@@ -88,8 +88,9 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     cmds = cap.main_commands()
     d = data_dir(cap)
     out["data_dir"] = d
+    events = cap.held_events()
 
-    sizes = data.block_sizes(cmds, cap.events)
+    sizes = data.block_sizes(cmds, events)
     out["sizes"] = sizes
     parts = []
     for key, name in (("syscall", "system call"), ("block", "block request"),
@@ -120,7 +121,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     # A kernel initiator's limits (queue_depth, can_queue) act in its SCSI midlayer, where a
     # command waits from dispatch to done: count there when its events were traced, since
     # dispatched commands may not have reached the wire yet.
-    series = data.scsi_outstanding(cap.events)
+    series = data.scsi_outstanding(events)
     where = "SCSI commands outstanding in the initiator's SCSI midlayer"
     if series.empty:
         series = data.outstanding(cmds)
@@ -132,7 +133,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
              f" of the time, reached {ceil['reached']} times.")
         if ceil["flat"]:
             cause = ceiling_cause(cap.meta, int(ceil["max"]),
-                                  data.app_reads_in_flight(cap.events))
+                                  data.app_reads_in_flight(events))
             out["ceiling_cause"] = cause
             s += f" A flat ceiling at {ceil['max']}: {cause} caps parallelism."
         say(s)
@@ -184,19 +185,17 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         st = track.state_time(cap.track)
         st = st[st["state"] != "Open"]
         out["states"] = st
-        ev = cap.track.events
-        rtx = ev[(ev["kind"] == "retransmit")] if not ev.empty else ev
+        src = cap.track.events.read(["source"], kind="retransmit")["source"]
         # Exact and estimated marks describe the same retransmissions: count one source.
-        if not rtx.empty and (rtx["source"] == "estimated").any():
-            rtx = rtx[rtx["source"] == "estimated"]
-        out["retransmits"] = len(rtx)
+        estimated = int((src == "estimated").sum())
+        out["retransmits"] = estimated if estimated else len(src)
         for r in st.itertuples():
             say(f"TCP {r.state} ({r.source}, {r.dir}): {r.intervals} episodes, "
                 f"{r.total_ns / 1e6:.2f} ms in total.")
-        if len(rtx):
+        if out["retransmits"]:
             hit = track.loss_commands(cap.track)
-            cause = _loss_cause(cap, d, len(rtx))
-            say(f"{len(rtx)} retransmissions; commands hit: "
+            cause = _loss_cause(cap, events, d, out["retransmits"])
+            say(f"{out['retransmits']} retransmissions; commands hit: "
                 f"{', '.join(str(int(c)) for c in hit['cmd'][:20]) or 'unknown (no PDUs)'}"
                 f"{' ...' if len(hit) > 20 else ''}. Cause: {cause}.")
         elif st.empty and not cap.track.samples.empty:
@@ -227,11 +226,11 @@ def _idle_split(cap: Capture, d: str, bursts: pd.DataFrame) -> tuple[int, int]:
     return int(g[inside].sum()), int(g[~inside].sum())
 
 
-def _loss_cause(cap: Capture, d: str, retransmits: int) -> str:
-    """Local queue drops on the sending host vs drops on the path, from what was recorded."""
+def _loss_cause(cap: Capture, ev: pd.DataFrame | None, d: str, retransmits: int) -> str:
+    """Local queue drops on the sending host (in the probe events `ev`) vs drops on the path,
+    from what was recorded."""
     sender = "target" if d == "t2i" else "initiator"
     why = []
-    ev = cap.events
     local = 0
     if ev is not None and not ev.empty:
         net = ev[(ev["layer"].astype(str) == "net") & ev["event"].astype(str).str.contains("drop")

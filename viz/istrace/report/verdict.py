@@ -155,21 +155,18 @@ def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
 
 
 def _retransmits(cap: Capture, d: str) -> int:
-    if cap.track is None or cap.track.events.empty:
+    if cap.track is None:
         return 0
-    ev = cap.track.events
-    rtx = ev[(ev["kind"] == "retransmit") & (ev["dir"].astype(str) == d)]
+    src = cap.track.events.read(["source"], kind="retransmit", dir=d)["source"]
     # Exact and estimated marks describe the same retransmissions: count one source.
-    if (rtx["source"] == "estimated").any():
-        rtx = rtx[rtx["source"] == "estimated"]
-    return len(rtx)
+    estimated = int((src == "estimated").sum())
+    return estimated if estimated else len(src)
 
 
 def _loss_states(cap: Capture, d: str, conn: str) -> pd.DataFrame | None:
     if cap.track is None or cap.track.states.empty:
         return None
-    st = cap.track.states
-    st = st[(st["dir"].astype(str) == d) & (st["conn"].astype(str) == conn)]
+    st = cap.track.states.read(dir=d, conn=conn)
     if (st["source"] == "exact").any():
         st = st[st["source"] == "exact"]
     return st
@@ -177,11 +174,9 @@ def _loss_states(cap: Capture, d: str, conn: str) -> pd.DataFrame | None:
 
 def _first_loss(cap: Capture, d: str, conn: str) -> int | None:
     """Time of the connection's first retransmission in the data direction (None: none)."""
-    if cap.track is None or cap.track.events.empty:
+    if cap.track is None:
         return None
-    ev = cap.track.events
-    r = ev[(ev["kind"] == "retransmit") & (ev["dir"].astype(str) == d)
-           & (ev["conn"].astype(str) == conn)]["ts_ns"].dropna()
+    r = cap.track.events.read(["ts_ns"], kind="retransmit", dir=d, conn=conn)["ts_ns"].dropna()
     return int(r.min()) if not r.empty else None
 
 
