@@ -111,14 +111,15 @@ class Capture:
         host = self.pdus.first(HOSTS)
         return self.pdus.read(host) if host is not None else None
 
-    def held_events(self) -> pd.DataFrame | None:
+    def held_events(self, columns: Sequence[str] | None = None) -> pd.DataFrame | None:
         """The probe events the analysis reads (events.held_rows'; every one when `events`
-        holds them all): those held, else read now and not kept. Only the diagnosis reads
-        them: read at load, a minute's 18 000 were 4 MB in the report's process and in each
-        it forked (the tracing, the drawing and the tracking processes)."""
+        holds them all): those held, else read now, with `columns` of theirs only when given
+        (ts_ns, host and layer always), and not kept. Only the diagnosis reads them: read
+        whole at load, a minute's 18 000 were 4 MB in the report's process and in each it
+        forked (the tracing, the drawing and the tracking processes)."""
         if self.events is not None or self.events_complete:
             return self.events
-        return _read_events(self.dir, self.merged_columns, held_rows)
+        return _read_events(self.dir, self.merged_columns, held_rows, columns)
 
     def release_events(self) -> None:
         """Let go of the probe events held, in a process that reads none of them (the report's

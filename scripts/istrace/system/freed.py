@@ -14,13 +14,14 @@ import functools
 import os
 import sys
 
-# Arrow's default pool is mimalloc, which keeps pages freed for reuse a while and commits
-# whole arenas at once: a step's Arrow temporaries (parsed JSON, Parquet pages, text
-# compared as Arrow strings) stayed resident under the next step's, `give_back`'s
-# release_unused or not. Told to purge at once and commit as it goes, a 10 s capture's
-# report peaks at 0.30 GB (0.39 before) and a 60 s one's at 0.55 GB (0.69-0.74), its merge
-# at 0.52 GB (0.58-0.60), no slower.
-MIMALLOC_SETTINGS = {"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_ARENA_EAGER_COMMIT": "0"}
+# Arrow's allocations through the C library's malloc (Arrow's "system" pool), not its default
+# mimalloc: then one allocator holds what a step freed, and malloc_trim hands it all back.
+# mimalloc (even told to purge at once and commit as it goes) kept what a step's Arrow
+# temporaries (Parquet pages, parsed JSON, text compared as Arrow strings) had used: on a
+# 60 s full-rate capture each of the report's processes peaked 7-10 MB higher with it (the
+# report's largest at 163 MB, 160 with the system pool; the tracking's at 158 against 148),
+# and none ran faster; jemalloc kept more still.
+ARROW_SETTINGS = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 
 
 @functools.cache
@@ -38,15 +39,15 @@ _M_ARENA_MAX = -8
 
 
 def prompt_release() -> None:
-    """MIMALLOC_SETTINGS, unless the environment says otherwise; mimalloc reads them when
-    pyarrow loads, so this comes first (istrace's command line does it before any
+    """ARROW_SETTINGS, unless the environment says otherwise; Arrow reads them when pyarrow
+    loads, so this comes first (istrace's command line does it before any
     subcommand; a process that imported pyarrow already is left as it is). And one malloc
     arena for every thread: what a thread of the report's (one that sends a table to a
     forked process, pickled) freed stayed resident in that thread's arena, which malloc_trim
     did not give back (a full-rate minute's tracker result sent on: 10 MB for good)."""
     if "pyarrow" in sys.modules:
         return
-    for name, value in MIMALLOC_SETTINGS.items():
+    for name, value in ARROW_SETTINGS.items():
         os.environ.setdefault(name, value)
     if "MALLOC_ARENA_MAX" not in os.environ:
         try:
@@ -56,8 +57,9 @@ def prompt_release() -> None:
 
 
 def give_back() -> None:
-    """Returns the freed heap memory of the C library (glibc's malloc_trim) and the freed
-    pages of Arrow's memory pool to the operating system; a no-op where neither exists."""
+    """Returns the freed heap memory of the C library (glibc's malloc_trim: Arrow's too, with
+    ARROW_SETTINGS) and the freed pages of Arrow's memory pool, whichever it is, to the
+    operating system; a no-op where neither exists."""
     import pyarrow as pa  # loaded by then: every caller works on Arrow tables
 
     trim = _malloc_trim()

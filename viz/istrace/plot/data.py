@@ -520,6 +520,10 @@ def _reads_that_did_io(sc: pd.DataFrame, events: pd.DataFrame, ini: np.ndarray) 
     return sc[keep] if keep.any() else sc
 
 
+# the probe events' columns block_sizes, scsi_outstanding and app_reads_in_flight read
+SIZE_EVENT_COLUMNS = ["ts_ns", "host", "layer", "event", "pid", "lba", "bytes", "lat_ns"]
+
+
 def _initiator(events: pd.DataFrame) -> np.ndarray:
     """Which events are the initiator's: a mask, not a copy (a minute's events are 360 000
     rows of 32 columns, and the diagnosis took the initiator's half four times)."""

@@ -88,7 +88,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     cmds = cap.main_commands()
     d = data_dir(cap)
     out["data_dir"] = d
-    events = cap.held_events()
+    events = cap.held_events(data.SIZE_EVENT_COLUMNS)
 
     sizes = data.block_sizes(cmds, events)
     out["sizes"] = sizes
