@@ -125,7 +125,9 @@ def report(d: Path, out: Path | None = None,
     # the first hands it the spans this process sends.
     # They are forked before anything beyond the capture's tables and the shared passes (a
     # few MB, forked first, the tracer runs beside them) is made: each starts at the size of
-    # the tables, not of what this process made and freed after.
+    # the tables, not of what this process made and freed after. The tracking reads none of
+    # the passes' results: it is forked with the tracer, before them (forked after, it held
+    # what they made, a full-rate minute's 4 MB more, and began 2 s later).
     late = needs_track(cap)
     first, second = split_kinds(late)
 
@@ -169,6 +171,11 @@ def report(d: Path, out: Path | None = None,
         return n, *shown()
     step("timeline spans and the Perfetto trace (in another process)")
     feed_tracer, traced = forked.start_fed(tracer)
+    step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments, in another "
+         "process)")
+    # without a second CPU, run where its result is waited for (below)
+    tracked = forked.start(lambda: _track_alone(cap, d / layout.TRACK)) \
+        if forked.can_fork() else None
     # what the plots, the diagnosis and the tracer read of the segments, made once, beside
     # the tracer
     step("the payload, the bursts and the data spans of the segments")
@@ -180,12 +187,10 @@ def report(d: Path, out: Path | None = None,
         feed_tracer(spans_made)
     step("plotting (in two more processes, beside the next steps)")
     feed, plotted = forked.start_fed(plotter, nested=True)
-    step(f"tracking TCP ({sum(len(s) for s in cap.segs.values())} segments, in another "
-         "process)")
+    step("waiting for the tracking")
     try:
         # the samples go to track.parquet as they are made; the steps after read them there
-        cap.track = forked.start(lambda: _track_alone(cap, d / layout.TRACK))() \
-            if forked.can_fork() else track_to_file(cap, d / layout.TRACK)
+        cap.track = tracked() if tracked is not None else track_to_file(cap, d / layout.TRACK)
     finally:
         feed(cap.track)  # None if the tracking failed: the plots say it was not run
     # the spans go on to the plotter as soon as the tracer has them (nothing if it failed:
