@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from istrace.capture.decoded import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
+from istrace.capture.labels import coded_labels
 from istrace.capture.tcpseq import Unwrapper
 
 # an event's columns, as `finish` gives them
@@ -484,7 +486,7 @@ class Direction:
         c.step_end, c.step_ts = c.step_end[live], c.step_ts[live]
 
     # ----------------------------------------------------------------------------------------
-    def finish(self) -> tuple[list[tuple], dict[str, np.ndarray] | None]:
+    def finish(self) -> tuple[list[tuple], dict[str, Any] | None]:
         """(states, events) of the whole direction, once every slice was fed."""
         c = self.c
         self._close_run(None)
@@ -532,15 +534,16 @@ class Direction:
         codes = [self._notes.setdefault(x, len(self._notes)) for x in notes]
         ev["note"].extend(np.full(len(ts), codes[0]) if len(codes) == 1 else np.array(codes))
 
-    def _event_table(self) -> dict[str, np.ndarray] | None:
-        """The events' columns (EVENT_FIELDS) in the order they were found (None: none), the
-        command typed as a table of one tuple per event would type it: integers, floats where
-        some are unknown, None where all are."""
+    def _event_table(self) -> dict[str, Any] | None:
+        """The events' columns (EVENT_FIELDS) in the order they were found (None: none), kind
+        and note categorical (labels.object_labels'), the command typed as a table of one
+        tuple per event would type it: integers, floats where some are unknown, None where
+        all are."""
         if not len(self._ev["ts_ns"]):
             return None
-        cols = {name: c.values() for name, c in self._ev.items()}
-        cols["kind"] = np.array(list(self._kinds), object)[cols["kind"]]
-        cols["note"] = np.array(list(self._notes), object)[cols["note"]]
+        cols: dict[str, Any] = {name: c.values() for name, c in self._ev.items()}
+        cols["kind"] = coded_labels(cols["kind"], list(self._kinds))
+        cols["note"] = coded_labels(cols["note"], list(self._notes))
         cmd = cols["cmd"]
         unknown = np.isnan(cmd)
         cols["cmd"] = (np.full(len(cmd), None, object) if unknown.all() else

@@ -341,6 +341,7 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
         elif len(part["ts_ns"]):
             sink.write(key, part)
     states, events = tr.finish()
+    del tr  # its columns' buffers go with the last view of them (events, below)
     freed.give_back()  # the slices' temporaries, before the whole columns are made
     res = TrackResult()
     if parts:
@@ -358,15 +359,16 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
             SAMPLE_COLUMNS, n))
     res.states = _states(states)
     if events is not None:
-        # the label columns categorical, as the samples' (a lossy minute's hundred thousand
-        # events as text were 14 MB, held by the report's process and sent to its plotter)
-        n = len(events["ts_ns"])
-        ev = pd.DataFrame({**events, "kind": object_labels(events["kind"]),
-                           "note": object_labels(events["note"]), "conn": _const(n, conn),
-                           "dir": _const(n, d), "host": _const(n, host),
-                           "source": _const(n, "estimated")})
-        res.events = FrameTable(EVENT_COLUMNS, ev.sort_values("ts_ns", kind="stable")[EVENT_COLUMNS]
-                                .reset_index(drop=True))
+        # in time order, each column taken once (a table made, then sorted, held the events
+        # three times over at the tracking's peak); the label columns categorical, as the
+        # samples' (a lossy minute's hundred thousand events as text were 14 MB)
+        order = np.argsort(events["ts_ns"], kind="stable")
+        n = len(order)
+        ev = {c: v[order] for c, v in events.items()}
+        del events
+        res.events = FrameTable(EVENT_COLUMNS, pd.DataFrame(
+            {**ev, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
+             "source": _const(n, "estimated")}, copy=False)[EVENT_COLUMNS])
     return res
 
 
