@@ -12,7 +12,7 @@ from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_track_tables
 from istrace.capture.tracksamples import SampleWriter
-from istrace.capture.tracktables import EVENT_COLUMNS, STATE_COLUMNS, TableWriter
+from istrace.capture.tracktables import EVENT_COLUMNS, STATE_COLUMNS, FrameTable, TableWriter
 from istrace.track import tracker as track
 
 
@@ -40,7 +40,7 @@ def _track(cap: Capture, sink: SampleWriter | None,
         if tables is not None:  # written as found, not joined here
             tables[0].write(part.states)
             tables[1].write(part.events)
-            part.states, part.events = track.TrackResult().states, track.TrackResult().events
+            part.states, part.events = FrameTable(STATE_COLUMNS), FrameTable(EVENT_COLUMNS)
         res.extend(part)
 
     events = cap.tcp_events(track.PROBE_COLUMNS)

@@ -12,10 +12,8 @@ held from the tracking to the end (issue 17).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import NamedTuple
 
 import numpy as np
@@ -23,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture import orderstat
+from istrace.capture.swapwrite import SwapWriter
 from pandas.api.types import union_categoricals
 
 LABELS = ["conn", "dir", "host", "source"]
@@ -255,22 +254,17 @@ def _frame(t: pa.Table) -> pd.DataFrame:
                                                                     strict=True)}, copy=False)
 
 
-class SampleWriter:
+class SampleWriter(SwapWriter):
     """track.parquet written a series chunk at a time, beside the old file and renamed over it
-    on a clean close; `samples()` then reads it."""
+    on a clean close, which returns the FileSamples that reads it."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = path.with_name(f".{path.name}.tmp")
         # dictionary pages for the labels only; lz4: a third faster than snappy, as small.
         # Statistics for the time and the labels, what a query filters on: min/max of the
         # float columns (NaN-aware) were a quarter of the write
-        self._w = pq.ParquetWriter(self._tmp, SCHEMA, compression="lz4",
-                                   use_dictionary=[*LABELS, "ca_state"],
-                                   write_statistics=["ts_ns", *LABELS, "ca_state"])
+        super().__init__(path, SCHEMA, compression="lz4", use_dictionary=[*LABELS, "ca_state"],
+                         write_statistics=["ts_ns", *LABELS, "ca_state"])
         self.groups: list[tuple[Key, int]] = []
-        self._done = False
 
     def write(self, key: Key, cols: dict[str, object]) -> None:
         """Rows of one series, in time order: `ts_ns` and any of NUMBERS and ca_state (the
@@ -286,7 +280,7 @@ class SampleWriter:
                               pa.array(np.asarray(v, np.float64)[a:b], pa.float64()))
             ca = cols.get("ca_state")
             arrays.append(pa.nulls(b - a, _LABEL) if ca is None else _categories(ca, a, b))
-            self._w.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA))
+            self.writer.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA))
             self.groups.append((key, b - a))
 
     def write_all(self, samples: SamplesLike) -> None:
@@ -297,22 +291,8 @@ class SampleWriter:
                 self.write(k, {name: c[name] for name in c.columns})
 
     def close(self) -> FileSamples:
-        if not self._done:
-            self._w.close()
-            os.replace(self._tmp, self.path)
-            self._done = True
+        self.swap()
         return FileSamples(self.path, self.groups)
-
-    def __enter__(self) -> SampleWriter:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if et is None:
-            self.close()
-        else:
-            self._w.close()
-            self._tmp.unlink(missing_ok=True)
 
 
 def _label(value: str | None, n: int) -> pa.Array:

@@ -12,16 +12,15 @@ memory (what tests, `istrace track` on one pcap and small tools build).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture.labels import concat_labelled
+from istrace.capture.swapwrite import SwapWriter
 
 STATE_COLUMNS = ["conn", "dir", "host", "source", "state", "start_ns", "end_ns"]
 EVENT_COLUMNS = ["ts_ns", "conn", "dir", "host", "source", "kind", "seq", "bytes", "cmd", "note"]
@@ -133,21 +132,19 @@ class FileTable(TrackTable):
         return self.rows
 
 
-class TableWriter:
+class TableWriter(SwapWriter):
     """A table written a frame at a time (each as row groups), beside the old file and renamed
-    over it on a clean close, which returns the FileTable that reads it."""
+    over it on a clean close, which returns the FileTable that reads it (a failed tracking
+    leaves no half table)."""
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
-        self.path, self.columns = path, list(columns)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = path.with_name(f".{path.name}.tmp")
+        self.columns = list(columns)
         self._schema = schema_of(self.columns)
         labels = [c for c in self.columns if c not in _TYPES]
         # dictionary pages for the labels only; lz4, as the samples
-        self._w = pq.ParquetWriter(self._tmp, self._schema, compression="lz4",
-                                   use_dictionary=labels, write_statistics=labels)
+        super().__init__(path, self._schema, compression="lz4", use_dictionary=labels,
+                         write_statistics=labels)
         self.rows = 0
-        self._done = False
 
     def write(self, df: pd.DataFrame | TrackTable) -> None:
         """Rows of the table's columns (a missing one: all missing), in any dtypes a label
@@ -160,34 +157,14 @@ class TableWriter:
             part = df.iloc[a:a + GROUP_ROWS]
             arrays = [_array(part[c] if c in part.columns else None, f.type, len(part))
                       for c, f in zip(self.columns, self._schema, strict=True)]
-            self._w.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
+            self.writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
             self.rows += len(part)
 
     def close(self) -> FileTable:
-        if not self._done:
-            if not self.rows:  # a readable table of no rows
-                self._w.write_table(self._schema.empty_table())
-            self._w.close()
-            os.replace(self._tmp, self.path)
-            self._done = True
+        if not self.done and not self.rows:  # a readable table of no rows
+            self.writer.write_table(self._schema.empty_table())
+        self.swap()
         return FileTable(self.path, self.columns, self.rows)
-
-    def abandon(self) -> None:
-        """Stop without a file (a failed tracking leaves no half table)."""
-        if not self._done:
-            self._w.close()
-            self._tmp.unlink(missing_ok=True)
-            self._done = True
-
-    def __enter__(self) -> TableWriter:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if et is None:
-            self.close()
-        else:
-            self.abandon()
 
 
 def _array(col: pd.Series | None, kind: pa.DataType, n: int) -> pa.Array:
