@@ -18,7 +18,7 @@ import sys
 # mimalloc: then one allocator holds what a step freed, and malloc_trim hands it all back.
 # mimalloc (even told to purge at once and commit as it goes) kept what a step's Arrow
 # temporaries (Parquet pages, parsed JSON, text compared as Arrow strings) had used: on a
-# 60 s full-rate capture each of the report's processes peaked 7-10 MB higher with it (the
+# 60 s full-rate capture each of the report's processes peaked 3-10 MB higher with it (the
 # report's largest at 163 MB, 160 with the system pool; the tracking's at 158 against 148),
 # and none ran faster; jemalloc kept more still.
 ARROW_SETTINGS = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
