@@ -42,14 +42,8 @@ def coded_labels(codes: np.ndarray, names: Sequence[str]) -> pd.Categorical:
     """Codes into `names` as object_labels(names[codes]) gives them (the names used, sorted,
     plain objects), without a Python object per row: a lossy minute's hundred thousand
     tracker events as a text array each were two copies more of the column at its peak."""
-    codes = np.asarray(codes)
-    used = np.flatnonzero(np.bincount(codes, minlength=len(names))) if len(codes) else \
-        np.zeros(0, np.int64)
-    order = sorted(used.tolist(), key=lambda k: names[k])
-    renumber = np.full(len(names), -1, np.int64)
-    renumber[order] = np.arange(len(order))
-    return pd.Categorical.from_codes(renumber[codes],
-                                     pd.Index([names[k] for k in order], dtype=object))
+    used = used_labels(np.asarray(codes), pd.Index(list(names), dtype=object))
+    return used.reorder_categories(pd.Index(sorted(used.categories), dtype=object))
 
 
 def used_labels(codes: np.ndarray, labels: pd.Index) -> pd.Categorical:
@@ -64,7 +58,6 @@ def used_labels(codes: np.ndarray, labels: pd.Index) -> pd.Categorical:
     return pd.Categorical.from_codes(renumber[codes], labels[present])
 
 
-
 def concat_labelled(frames: list[pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
     """Tables of `columns` one after the other, label columns kept categorical (pd.concat makes
     text of categoricals whose labels differ: the per-connection ones always do). A column at a
@@ -74,7 +67,7 @@ def concat_labelled(frames: list[pd.DataFrame], columns: Sequence[str]) -> pd.Da
     if not frames:
         return pd.DataFrame(columns=list(columns))
     if len(frames) == 1:  # the usual case (one connection, one direction): no copy
-        return frames[0][list(columns)]
+        return frames[0][list(columns)].reset_index(drop=True)
     out = {}
     for c in columns:
         parts = [f.pop(c) for f in frames]

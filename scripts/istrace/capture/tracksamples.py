@@ -21,8 +21,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture import orderstat
+from istrace.capture.labels import concat_labelled
 from istrace.capture.swapwrite import SwapWriter
-from pandas.api.types import union_categoricals
 
 LABELS = ["conn", "dir", "host", "source"]
 NUMBERS = ["cwnd", "ssthresh", "srtt_us", "rtt_us", "inflight_pkts", "inflight_bytes", "rwnd",
@@ -121,32 +121,12 @@ class Samples:
 
     def frame(self, **where: str | None) -> pd.DataFrame:
         """Every column of the rows `where` picks as one table: for tests and small tools."""
-        parts = list(self.chunks(COLUMNS, **where))
-        if not parts:
-            return empty_frame()
-        return _concat(parts)
+        out = concat_labelled(list(self.chunks(COLUMNS, **where)), COLUMNS)
+        return out if len(out) else empty_frame()
 
 
 def empty_frame() -> pd.DataFrame:
     return SCHEMA.empty_table().to_pandas()
-
-
-def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """Chunks as one table, label columns kept categorical."""
-    if len(parts) == 1:
-        return parts[0].reset_index(drop=True)
-    out = {}
-    for c in parts[0].columns:
-        if all(isinstance(p[c].dtype, pd.CategoricalDtype) for p in parts):
-            # a chunk whose labels are all missing has categories of another dtype (none
-            # read: float); union_categoricals refuses to mix them
-            cats = [pd.Categorical.from_codes(p[c].cat.codes,
-                                              pd.Index(p[c].cat.categories, dtype=object))
-                    for p in parts]
-            out[c] = pd.Series(union_categoricals(cats, ignore_order=True))
-        else:
-            out[c] = pd.concat([p[c] for p in parts], ignore_index=True)
-    return pd.DataFrame(out)
 
 
 class FrameSamples(Samples):
