@@ -57,7 +57,8 @@ def test_bottleneck_drops_vs_tracker(tmp_path):
     one, sliced = (tracker.track_pcap(cap.segs["target"], cap.main_pdus(), host="target",
                                       dirs=("t2i",), slice_rows=rows) for rows in (10**9, 997))
     pd.testing.assert_frame_equal(sliced.samples.frame(), one.samples.frame())
-    for name in ("events", "states"):
-        pd.testing.assert_frame_equal(getattr(sliced, name).frame(), getattr(one, name).frame())
+    for name in ("events", "states"):  # labels listed in the order the slices met them
+        pd.testing.assert_frame_equal(getattr(sliced, name).frame(), getattr(one, name).frame(),
+                                      check_categorical=False)
     diag = diagnosis.diagnose(cap)
     assert "emulated path" in " ".join(diag["findings"])

@@ -64,8 +64,11 @@ def test_any_slicing_gives_the_rows_of_one_slice(seed):
         got = track.track_pcap(segs, None, host="target", dirs=("t2i", "i2t"),
                                slice_rows=rows)
         pd.testing.assert_frame_equal(got.samples.frame(), one.samples.frame())
-        pd.testing.assert_frame_equal(got.events.frame(), one.events.frame())
-        pd.testing.assert_frame_equal(got.states.frame(), one.states.frame())
+        # the labels' categories are listed in the order the slices met them
+        pd.testing.assert_frame_equal(got.events.frame(), one.events.frame(),
+                                      check_categorical=False)
+        pd.testing.assert_frame_equal(got.states.frame(), one.states.frame(),
+                                      check_categorical=False)
 
 
 def test_karn_ignores_only_retransmissions_sent_before_the_ack():

@@ -170,17 +170,103 @@ class _Column:
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def dtype(self) -> np.dtype:
+        return self._buf.dtype
+
     def values(self) -> np.ndarray:
         return self._buf[:self._n]
 
 
-@dataclass
-class _Episode:
-    t: int
-    why: str
-    seq0: int
-    recover: int
-    end: int | None  # None: not yet acknowledged past the recovery point
+_UNRESOLVED = _I64_MAX  # an episode not yet acknowledged past its recovery point
+
+
+class _Episodes:
+    """The loss episodes found, in time order, as columns: a start, whether the Nth duplicate
+    ACK began it (else a retransmission), the first byte not acknowledged then, the recovery
+    point, the end (_UNRESOLVED until an ACK passes the recovery point: only the last can
+    be), the latest duplicate ACK at or before the start, and `reach`, the latest end of
+    this and the episodes before (for `covers`)."""
+
+    _TYPES = {"t": np.int64, "dup": np.bool_, "seq0": np.int64, "recover": np.int64,
+              "end": np.int64, "last_dup": np.int64, "reach": np.int64}
+
+    def __init__(self) -> None:
+        self._cols = {name: _Column(t) for name, t in self._TYPES.items()}
+
+    def __len__(self) -> int:
+        return len(self._cols["t"])
+
+    def col(self, name: str) -> np.ndarray:
+        return self._cols[name].values()
+
+    def add(self, t: int, dup: bool, seq0: int, recover: int, last_dup: int) -> None:
+        for name, v in (("t", t), ("dup", dup), ("seq0", seq0), ("recover", recover),
+                        ("end", _UNRESOLVED), ("last_dup", last_dup), ("reach", _UNRESOLVED)):
+            self._cols[name].extend(np.array([v], self._TYPES[name]))
+
+    @property
+    def open(self) -> bool:
+        return int(self.col("end")[-1]) == _UNRESOLVED
+
+    @property
+    def last_end(self) -> int:
+        return int(self.col("end")[-1])
+
+    def resolve(self, a_ts: np.ndarray, a_ack: np.ndarray, start: int,
+                chunk: int = 4096) -> None:
+        """The last episode's end: the first ACK from `start` on at or past its recovery
+        point (looked for a chunk at a time: an episode ends within a few round trips)."""
+        recover = int(self.col("recover")[-1])
+        for lo in range(start, len(a_ack), chunk):
+            hit = np.flatnonzero(a_ack[lo:lo + chunk] >= recover)
+            if len(hit):
+                end = int(a_ts[lo + int(hit[0])])
+                self.col("end")[-1] = end
+                # the interval the state table gives it: [start, max(end, start)]
+                reach, last = self.col("reach"), max(end, int(self.col("t")[-1]))
+                reach[-1] = max(last, int(reach[-2])) if len(reach) > 1 else last
+                return
+
+    def covers(self, t: int) -> bool:
+        """Whether `t` lies in an episode [start, end] (an open one: to the direction's end,
+        which is after any time seen)."""
+        j = int(np.searchsorted(self.col("t"), t, side="right")) - 1
+        return j >= 0 and int(self.col("reach")[j]) >= t
+
+
+class _LogHistogram:
+    """The median of the RTT samples from a histogram of their logarithms, STEPS bins an
+    octave (the median within 0.14%): a minute's million samples in 100 KB, where held they
+    grew with the capture. Nanoseconds to days fit; what lies outside counts in the end
+    bins."""
+
+    STEPS = 256
+    LO, HI = -10, 40  # octaves of a microsecond
+
+    def __init__(self) -> None:
+        self.counts = np.zeros((self.HI - self.LO) * self.STEPS, np.int64)
+
+    def __len__(self) -> int:
+        return int(self.counts.sum())
+
+    def add(self, us: np.ndarray) -> None:
+        if not len(us):
+            return
+        octaves = np.log2(np.clip(us, 2.0 ** self.LO, 2.0 ** self.HI))
+        bins = np.floor((octaves - self.LO) * self.STEPS).astype(np.int64)
+        np.add.at(self.counts, np.minimum(bins, len(self.counts) - 1), 1)
+
+    def median(self) -> float | None:
+        """The two middle samples' bins' centres, averaged (as np.median averages the two
+        middle samples of an even count); None: no sample."""
+        n = len(self)
+        if not n:
+            return None
+        cum = np.cumsum(self.counts)
+        mid = np.searchsorted(cum, [(n - 1) // 2 + 1, n // 2 + 1], side="left")
+        centres = 2.0 ** (self.LO + (mid + 0.5) / self.STEPS)
+        return float(centres.mean())
 
 
 class Direction:
@@ -200,11 +286,14 @@ class Direction:
                                                      ("cmd", np.float64), ("note", np.int32))}
         self._kinds: dict[str, int] = {}
         self._notes: dict[str, int] = {}
-        self.episodes: list[_Episode] = []
-        self.runs: list[tuple[int, int, int | None]] = []  # dup runs: start, length, next ACK
+        self.episodes = _Episodes()
+        # duplicate-ACK runs closed but not yet judged (start, length, next ACK): a slice's
+        self.runs: list[tuple[int, int, int]] = []
         self.open_run: list[int] | None = None             # [start, length, last ts]
-        self.dup_ts = _Column(np.int64)
-        self.rtts = _Column(np.float64)
+        self.last_dup: int | None = None                   # the latest duplicate ACK's time
+        self.disorder_end: int | None = None               # where the last Disorder ended
+        self.rtts = _LogHistogram()
+        self._states: list[tuple] = []                     # decided, not yet taken (`found`)
 
     # ----------------------------------------------------------------------------------------
     def feed(self, col: Columns, snd: np.ndarray, rev: np.ndarray) -> Columns:
@@ -256,6 +345,7 @@ class Direction:
         self._event(a_ts[dup], "dupack", a_ack[dup], np.zeros(int(dup.sum()), np.int64),
                     [f"dup #{k}" for k in dup_run[dup].tolist()])
         self._episodes(d_ts, all_end, is_rtx, a_ts, a_ack, a_una, dup_run)
+        self._judge_runs()
 
         n = len(ts)
         rtt_all = np.full(n, np.nan)
@@ -392,7 +482,6 @@ class Direction:
                 self._close_run(int(a_ts[i + 1]))
         if len(dup):
             c.dup_run = int(dup_run[-1]) if dup[-1] else 0
-        self.dup_ts.extend(a_ts[dup])
         return dup_run
 
     def _close_run(self, next_ts: int | None) -> None:
@@ -406,16 +495,17 @@ class Direction:
                   dup_run: np.ndarray) -> None:
         """Loss episodes: from the first retransmission or the Nth duplicate ACK until an ACK
         passes the highest byte sent when the episode began (the recovery point). Whether it
-        was fast recovery or a timeout needs the median RTT: decided in `finish`."""
-        c = self.c
-        if self.episodes and self.episodes[-1].end is None:
-            self._resolve(self.episodes[-1], a_ts, a_ack, 0)
+        was fast recovery or a timeout needs the median RTT: decided in `finish`, from the
+        time of the latest duplicate ACK at or before the episode's start, kept with it."""
+        c, eps = self.c, self.episodes
+        if len(eps) and eps.open:
+            eps.resolve(a_ts, a_ack, 0)
+        dups = a_ts[dup_run > 0]
         starts = sorted(
             [(int(d_ts[i]), "rtx", int(i)) for i in np.flatnonzero(is_rtx)]
             + [(int(a_ts[i]), "dup", int(i)) for i in np.flatnonzero(dup_run == self.thr)])
         for t, why, _ in starts:
-            last = self.episodes[-1] if self.episodes else None
-            if last is not None and (last.end is None or t <= last.end):
+            if len(eps) and (eps.open or t <= eps.last_end):
                 continue
             j = int(np.searchsorted(d_ts, t, side="right")) - 1
             if j >= 0:
@@ -424,20 +514,27 @@ class Direction:
                 recover = c.max_end if c.max_end is not None else int(all_end[0])
             k = int(np.searchsorted(a_ts, t, side="right")) - 1
             seq0 = int(a_una[k]) if k >= 0 else max(c.una, 0)
-            ep = _Episode(t, why, seq0, recover, None)
-            self._resolve(ep, a_ts, a_ack, int(np.searchsorted(a_ts, t, side="left")))
-            self.episodes.append(ep)
+            before = dups[dups <= t]
+            last_dup = max(int(before.max()) if len(before) else _I64_MIN,
+                           _I64_MIN if self.last_dup is None else self.last_dup)
+            eps.add(t, why == "dup", seq0, recover, last_dup)
+            eps.resolve(a_ts, a_ack, int(np.searchsorted(a_ts, t, side="left")))
+        if len(dups):
+            self.last_dup = max(int(dups.max()), _I64_MIN if self.last_dup is None
+                                else self.last_dup)
 
-    @staticmethod
-    def _resolve(ep: _Episode, a_ts: np.ndarray, a_ack: np.ndarray, start: int,
-                 chunk: int = 4096) -> None:
-        """The episode's end: the first ACK from `start` on at or past its recovery point
-        (looked for a chunk at a time: an episode ends within a few round trips)."""
-        for lo in range(start, len(a_ack), chunk):
-            hit = np.flatnonzero(a_ack[lo:lo + chunk] >= ep.recover)
-            if len(hit):
-                ep.end = int(a_ts[lo + int(hit[0])])
-                return
+    def _judge_runs(self) -> None:
+        """Disorder: duplicate-ACK runs that did not reach the threshold, outside the loss
+        episodes and the Disorder intervals before (each starts where the one before it ended,
+        or later). A run closed in this slice started in it or before: every episode that
+        starts before the run is known by now, so it is judged now, not held to the end."""
+        for t, length, nxt in self.runs:
+            if length < self.thr and not self.episodes.covers(t) and (
+                    self.disorder_end is None or t > self.disorder_end):
+                self._states.append((self.conn, self.d, self.host, "estimated", "Disorder",
+                                     t, nxt))
+                self.disorder_end = nxt
+        self.runs = []
 
     def _srtt(self, rtt: np.ndarray) -> np.ndarray:
         """RFC 6298 smoothing (alpha 1/8) of the RTT samples, carried between samples."""
@@ -445,7 +542,7 @@ class Direction:
         out = np.full(len(rtt), np.nan)
         s = c.srtt
         samples = np.flatnonzero(~np.isnan(rtt))
-        self.rtts.extend(rtt[samples])
+        self.rtts.add(rtt[samples])
         for i in samples:
             s = rtt[i] if np.isnan(s) else s + (rtt[i] - s) / 8.0
             out[i] = s
@@ -487,36 +584,40 @@ class Direction:
 
     # ----------------------------------------------------------------------------------------
     def finish(self) -> tuple[list[tuple], dict[str, Any] | None]:
-        """(states, events) of the whole direction, once every slice was fed."""
-        c = self.c
+        """What `found` would give, once every slice was fed: the runs still open, and the
+        loss episodes, whose kind needs the whole direction's median RTT."""
+        c, eps = self.c, self.episodes
         self._close_run(None)
-        rtts = self.rtts.values()
-        recent_ns = int(max(2 * np.median(rtts) * 1000, 1_000_000)) if len(rtts) \
+        self._judge_runs()
+        median = self.rtts.median()
+        recent_ns = int(max(2 * median * 1000, 1_000_000)) if median is not None \
             else 200_000_000
-        dup_ts = self.dup_ts.values()
-        states: list[tuple] = []
-        for ep in self.episodes:
-            end = ep.end if ep.end is not None else max(c.last_d_ts, c.last_a_ts)
+        if len(eps):
+            last = max(c.last_d_ts, c.last_a_ts)
+            t, end = eps.col("t"), eps.col("end")
+            end = np.where(end == _UNRESOLVED, last, end)
             # Fast recovery when duplicate ACKs led up to the retransmission within about an
             # RTT (with SACK one ACK can report 3+ lost segments, so one duplicate is enough);
             # a retransmission after silence is a timeout.
-            fast = ep.why == "dup" or bool(
-                np.searchsorted(dup_ts, ep.t, side="right")
-                > np.searchsorted(dup_ts, ep.t - recent_ns, side="right"))
-            self._event(np.array([ep.t]), "loss_episode", np.array([ep.seq0]),
-                        np.array([ep.recover - ep.seq0]),
-                        ["fast retransmit" if fast else "timeout / no dupacks"])
-            states.append((self.conn, self.d, self.host, "estimated",
-                           "Recovery" if fast else "Loss", ep.t, max(end, ep.t)))
-        # Disorder: duplicate ACKs that did not reach the threshold, outside the episodes and
-        # the Disorder intervals before (each starts where the one before it ended, or later).
-        in_episode = _covered_by([(s, e) for *_, s, e in states])
-        last_end = None
-        for t, length, nxt in self.runs:
-            if length < self.thr and not in_episode(t) and (last_end is None or t > last_end):
-                states.append((self.conn, self.d, self.host, "estimated", "Disorder", t, nxt))
-                last_end = nxt
-        return states, self._event_table()
+            fast = eps.col("dup") | (eps.col("last_dup") > t - recent_ns)
+            seq0 = eps.col("seq0")
+            self._event(t, "loss_episode", seq0, eps.col("recover") - seq0,
+                        np.where(fast, "fast retransmit", "timeout / no dupacks").tolist())
+            self._states += [(self.conn, self.d, self.host, "estimated",
+                              "Recovery" if f else "Loss", s, max(e, s))
+                             for f, s, e in zip(fast.tolist(), t.tolist(), end.tolist(),
+                                                strict=True)]
+        return self.found()
+
+    def found(self) -> tuple[list[tuple], dict[str, Any] | None]:
+        """(CA-state intervals, marks) decided since the last call, the marks in time order:
+        each slice's are taken after it is fed and written (a lossy minute's hundred thousand
+        marks and twenty-five thousand intervals, held to the end, were 25 MB of the
+        tracking)."""
+        states, self._states = self._states, []
+        events = self._event_table()
+        self._ev = {name: _Column(col.dtype) for name, col in self._ev.items()}
+        return states, events
 
     def _event(self, ts: np.ndarray, kind: str, seq: np.ndarray, nbytes: np.ndarray,
                notes: list[str]) -> None:
@@ -535,19 +636,15 @@ class Direction:
         ev["note"].extend(np.full(len(ts), codes[0]) if len(codes) == 1 else np.array(codes))
 
     def _event_table(self) -> dict[str, Any] | None:
-        """The events' columns (EVENT_FIELDS) in the order they were found (None: none), kind
-        and note categorical (labels.object_labels'), the command typed as a table of one
-        tuple per event would type it: integers, floats where some are unknown, None where
-        all are."""
+        """The events' columns (EVENT_FIELDS) in time order, ties in the order found (None:
+        none), kind and note categorical (labels.object_labels'), the command a float (NaN:
+        unknown), as the table stores it."""
         if not len(self._ev["ts_ns"]):
             return None
-        cols: dict[str, Any] = {name: c.values() for name, c in self._ev.items()}
+        order = np.argsort(self._ev["ts_ns"].values(), kind="stable")
+        cols: dict[str, Any] = {name: c.values()[order] for name, c in self._ev.items()}
         cols["kind"] = coded_labels(cols["kind"], list(self._kinds))
         cols["note"] = coded_labels(cols["note"], list(self._notes))
-        cmd = cols["cmd"]
-        unknown = np.isnan(cmd)
-        cols["cmd"] = (np.full(len(cmd), None, object) if unknown.all() else
-                       cmd.astype(np.int64) if not unknown.any() else cmd)
         return {name: cols[name] for name in EVENT_FIELDS}
 
 
@@ -561,18 +658,3 @@ def _ffill(values: np.ndarray, before: float) -> np.ndarray:
     out = values[np.maximum(idx, 0)]
     out[idx < 0] = before
     return out
-
-
-def _covered_by(intervals: list[tuple[int, int]]) -> Callable[[int], bool]:
-    """A test of whether a time lies in one of the closed intervals [start, end]: the latest
-    end among the intervals that start at or before it reaches it."""
-    if not intervals:
-        return lambda t: False
-    iv = sorted(intervals)
-    starts = np.array([s for s, _ in iv], np.int64)
-    reach = np.maximum.accumulate(np.array([e for _, e in iv], np.int64))
-
-    def covered(t: int) -> bool:
-        j = int(np.searchsorted(starts, t, side="right")) - 1
-        return j >= 0 and int(reach[j]) >= t
-    return covered

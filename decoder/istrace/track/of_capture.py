@@ -12,40 +12,31 @@ from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_track_tables
 from istrace.capture.tracksamples import SampleWriter
-from istrace.capture.tracktables import EVENT_COLUMNS, STATE_COLUMNS, FrameTable, TableWriter
+from istrace.capture.tracktables import EVENT_COLUMNS, STATE_COLUMNS, TableWriter
 from istrace.track import tracker as track
 
 
 def track_capture(cap: Capture, out: Path | None = None) -> track.TrackResult:
     """Each data direction is best seen where it is sent; with one pcap, both from there.
-    With `out`, the samples are written there (track.parquet) as they are made, and the
-    states and events beside it (layout.track_files) as each direction's are finished; each is
-    read back from its file where a step asks: none are held (a row per packet: millions; a
-    lossy minute's marks: a hundred thousand)."""
+    With `out`, the samples are written there (track.parquet) and the states and events
+    beside it (layout.track_files) as they are made; each is read back from its file where a
+    step asks: none are held (a row per packet: millions; a lossy minute's marks: a hundred
+    thousand)."""
     if out is None:
-        return _track(cap, None, None)
+        return _track(cap, None)
     _, states_at, events_at = layout.track_files(out)
     with SampleWriter(out) as w, TableWriter(states_at, STATE_COLUMNS) as ws, \
             TableWriter(events_at, EVENT_COLUMNS) as we:
-        res = _track(cap, w, (ws, we))
+        res = _track(cap, track.TrackSink(w, ws, we))
     res.samples, res.states, res.events = w.close(), ws.close(), we.close()
     return res
 
 
-def _track(cap: Capture, sink: SampleWriter | None,
-           tables: tuple[TableWriter, TableWriter] | None) -> track.TrackResult:
+def _track(cap: Capture, sink: track.TrackSink | None) -> track.TrackResult:
     res = track.TrackResult()
-
-    def add(part: track.TrackResult) -> None:
-        if tables is not None:  # written as found, not joined here
-            tables[0].write(part.states)
-            tables[1].write(part.events)
-            part.states, part.events = FrameTable(STATE_COLUMNS), FrameTable(EVENT_COLUMNS)
-        res.extend(part)
-
     events = cap.tcp_events(track.PROBE_COLUMNS)
     if events is not None:
-        add(track.track_events(events, sink))
+        res.extend(track.track_events(events, sink))
     else:
         res.notes.append("no probe events (events-*.jsonl): cwnd/ssthresh/CA state unknown, "
                          "pcap estimates only")
@@ -54,7 +45,7 @@ def _track(cap: Capture, sink: SampleWriter | None,
     both = len(cap.segs) == 2
     for host, segs in cap.segs.items():
         dirs = (("t2i",) if host == "target" else ("i2t",)) if both else ("i2t", "t2i")
-        add(track.track_pcap(segs, pdus, host=host, dirs=dirs, sink=sink))
+        res.extend(track.track_pcap(segs, pdus, host=host, dirs=dirs, sink=sink))
     if not cap.segs:
         res.notes.append("no initiator.pcap/target.pcap: no pcap estimates")
     return res

@@ -31,6 +31,7 @@ from istrace.capture.tracktables import (
     EVENT_COLUMNS,
     STATE_COLUMNS,
     FrameTable,
+    TableWriter,
     TrackTable,
 )
 from istrace.system import freed
@@ -64,6 +65,24 @@ class TrackResult:
         self.states = _joined(self.states, other.states, STATE_COLUMNS)
         self.events = _joined(self.events, other.events, EVENT_COLUMNS)
         self.notes += other.notes
+
+
+@dataclass
+class TrackSink:
+    """Where a tracking writes its three tables as it makes them, none held: the samples,
+    the CA-state intervals and the marks (each direction's as each slice is tracked)."""
+    samples: SampleWriter
+    states: TableWriter
+    events: TableWriter
+
+    def put(self, part: TrackResult) -> TrackResult:
+        """`part`'s states and events written; `part` with them emptied."""
+        if not part.states.empty:
+            self.states.write(part.states)
+        if not part.events.empty:
+            self.events.write(part.events)
+        part.states, part.events = FrameTable(STATE_COLUMNS), FrameTable(EVENT_COLUMNS)
+        return part
 
 
 def _joined(a: TrackTable, b: TrackTable, columns: list[str]) -> TrackTable:
@@ -116,9 +135,9 @@ PROBE_COLUMNS = ("ts_ns", "host", "layer", "event", "conn", "dir", "seq", "ack",
                  "reason")
 
 
-def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> TrackResult:
+def track_events(events: pd.DataFrame, sink: TrackSink | None = None) -> TrackResult:
     """Exact time series from probe event records (docs/schema.md §1, layer == 'tcp'); the
-    samples written to `sink` when given."""
+    tables written to `sink` when given."""
     res = TrackResult()
     if events is None or events.empty or "layer" not in events.columns:
         return res
@@ -178,7 +197,7 @@ def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> Trac
             samples["inflight_bytes"] = np.where(np.isnan(nxt) | np.isnan(una), np.nan,
                                                  np.mod(nxt - una, _U32))
         if sink is not None:
-            sink.write_all(samples)
+            sink.samples.write_all(samples)
         else:
             res.samples = FrameSamples(samples)
     ts_ev = ev["ts_ns"].to_numpy(np.int64)
@@ -220,7 +239,7 @@ def track_events(events: pd.DataFrame, sink: SampleWriter | None = None) -> Trac
             "note": (object_labels(rt["reason"].to_numpy(dtype=object))
                      if "reason" in rt.columns else None),
         }, EVENT_COLUMNS, n))
-    return res
+    return res if sink is None else sink.put(res)
 
 
 def _probe_delivery_rate(ts: np.ndarray, ack: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -280,14 +299,14 @@ def _window_scales(segs: Segments) -> dict[tuple[str, str], int | None]:
 def track_pcap(segs: SegmentsLike | None, pdus: pd.DataFrame | None = None,
                host: str = "initiator", dirs: tuple[str, ...] = ("i2t", "t2i"),
                dupack_threshold: int = 3, reorder_window_ns: int = 3_000_000,
-               slice_rows: int = SLICE_ROWS, sink: SampleWriter | None = None) -> TrackResult:
+               slice_rows: int = SLICE_ROWS, sink: TrackSink | None = None) -> TrackResult:
     """Estimated time series from one capture point's segments (with `conn`/`dir` columns).
 
     `dirs` picks the data directions to track; a direction is best tracked at its sender's
     capture point (t2i at the target), where in-flight bytes are what the sender had out.
     Each direction is tracked `slice_rows` segments at a time (any value: the same rows),
-    read from the segments a slice at a time; with a `sink`, each slice's samples are written
-    there as they are made (none held).
+    read from the segments a slice at a time; with a `sink`, each slice's samples, marks and
+    the state intervals decided are written there as they are made (none held).
     """
     res = TrackResult()
     segs = as_segments(segs)
@@ -312,7 +331,7 @@ def track_pcap(segs: SegmentsLike | None, pdus: pd.DataFrame | None = None,
 def _track_one(c: Segments, conn: str, d: str, host: str,
                scales: dict[tuple[str, str], int | None], pdus: pd.DataFrame | None,
                dupack_threshold: int, reorder_window_ns: int, slice_rows: int,
-               sink: SampleWriter | None = None) -> TrackResult | None:
+               sink: TrackSink | None = None) -> TrackResult | None:
     """One direction of one connection, fed to `estimate.Direction` a slice at a time, each
     slice read when it is fed (twice: the plan's pass, then the samples')."""
     rev = "t2i" if d == "i2t" else "i2t"
@@ -334,16 +353,29 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
                             reorder_window_ns)
     key = Key(conn, d, host, "estimated")
     parts = []
+    res = TrackResult()
+    found: list[TrackResult] = []
+
+    def take(states: list[tuple], events: dict[str, np.ndarray] | None) -> None:
+        got = TrackResult(states=_states(states) if states else FrameTable(STATE_COLUMNS),
+                          events=_events(events, conn, d, host))
+        if sink is not None:
+            sink.put(got)
+        else:
+            found.append(got)
+
     for col, snd, from_rev in slices():
         part = tr.feed(col, snd, from_rev)
         if sink is None:
             parts.append(part)
         elif len(part["ts_ns"]):
-            sink.write(key, part)
-    states, events = tr.finish()
-    del tr  # its columns' buffers go with the last view of them (events, below)
+            sink.samples.write(key, part)
+        take(*tr.found())
+    take(*tr.finish())
+    del tr
     freed.give_back()  # the slices' temporaries, before the whole columns are made
-    res = TrackResult()
+    for got in found:
+        res.extend(got)
     if parts:
         cols = {}
         for k in list(parts[0]):
@@ -357,19 +389,18 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
             "source": _const(n, "estimated"),
             "ca_state": pd.Categorical.from_codes(np.full(n, -1, np.int8), CA_STATES)},
             SAMPLE_COLUMNS, n))
-    res.states = _states(states)
-    if events is not None:
-        # in time order, each column taken once (a table made, then sorted, held the events
-        # three times over at the tracking's peak); the label columns categorical, as the
-        # samples' (a lossy minute's hundred thousand events as text were 14 MB)
-        order = np.argsort(events["ts_ns"], kind="stable")
-        n = len(order)
-        ev = {c: v[order] for c, v in events.items()}
-        del events
-        res.events = FrameTable(EVENT_COLUMNS, pd.DataFrame(
-            {**ev, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
-             "source": _const(n, "estimated")}, copy=False)[EVENT_COLUMNS])
     return res
+
+
+def _events(events: dict[str, np.ndarray] | None, conn: str, d: str, host: str
+            ) -> FrameTable:
+    """A direction's marks (estimate.EVENT_FIELDS) as the events table."""
+    if events is None:
+        return FrameTable(EVENT_COLUMNS)
+    n = len(events["ts_ns"])
+    return FrameTable(EVENT_COLUMNS, pd.DataFrame(
+        {**events, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
+         "source": _const(n, "estimated")}, copy=False)[EVENT_COLUMNS])
 
 
 def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str,

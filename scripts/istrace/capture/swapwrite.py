@@ -1,6 +1,7 @@
 """A Parquet file written beside the one it replaces and renamed over it on a clean close: a
 step that fails leaves neither a half-written table nor the old one changed. The tracker's
-writers (tracksamples.SampleWriter, tracktables.TableWriter) are these."""
+writers (tracksamples.SampleWriter, tracktables.TableWriter) are these, and gather the small
+parts a slice of tracking gives into row groups (`Gathered`)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,31 @@ class SwapWriter:
         """What the file holds, readable (the subclass's reader); the file put in place."""
         self.swap()
         return None
+
+
+class Gathered:
+    """Small Arrow tables of one schema gathered for one row group. Joined every JOIN parts:
+    each part held alone kept its buffers and objects (a slice's few rows a part, a minute's
+    tracking held thousands of them), and the join copies a few rows."""
+
+    JOIN = 16
+
+    def __init__(self) -> None:
+        self.parts: list[pa.Table] = []
+        self.rows = 0
+
+    def add(self, t: pa.Table) -> None:
+        self.parts.append(t)
+        self.rows += t.num_rows
+        if len(self.parts) >= self.JOIN:
+            self.parts = [self.joined()]
+
+    def joined(self) -> pa.Table:
+        """The parts as one table of one chunk a column (labels in one dictionary)."""
+        return pa.concat_tables(self.parts).unify_dictionaries().combine_chunks()
+
+    def take(self) -> pa.Table | None:
+        """The parts joined (None: none), and the gathering emptied."""
+        t = self.joined() if self.parts else None
+        self.parts, self.rows = [], 0
+        return t

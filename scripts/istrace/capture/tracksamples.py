@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture import orderstat
 from istrace.capture.labels import concat_labelled
-from istrace.capture.swapwrite import SwapWriter
+from istrace.capture.swapwrite import Gathered, SwapWriter
 
 LABELS = ["conn", "dir", "host", "source"]
 NUMBERS = ["cwnd", "ssthresh", "srtt_us", "rtt_us", "inflight_pkts", "inflight_bytes", "rwnd",
@@ -33,6 +33,8 @@ SCHEMA = pa.schema([("ts_ns", pa.int64()), *((c, _LABEL) for c in LABELS),
                     *((c, pa.float64()) for c in NUMBERS), ("ca_state", _LABEL)])
 # rows per row group: what a step holds of one series at a time
 GROUP_ROWS = 1 << 18
+# a series' chunks smaller than this are gathered into row groups of about this many rows
+MIN_GROUP_ROWS = 1 << 14
 
 
 class Key(NamedTuple):
@@ -236,7 +238,10 @@ def _frame(t: pa.Table) -> pd.DataFrame:
 
 class SampleWriter(SwapWriter):
     """track.parquet written a series chunk at a time, beside the old file and renamed over it
-    on a clean close, which returns the FileSamples that reads it."""
+    on a clean close, which returns the FileSamples that reads it. A series' chunks under
+    MIN_GROUP_ROWS are gathered (up to that many rows) into one row group: a change-only
+    direction gives a few rows a slice, and a row group each was half a minute's 356 groups,
+    whose metadata the writer holds to the end and every reader parses."""
 
     def __init__(self, path: Path) -> None:
         # dictionary pages for the labels only; lz4: a third faster than snappy, as small.
@@ -245,10 +250,14 @@ class SampleWriter(SwapWriter):
         super().__init__(path, SCHEMA, compression="lz4", use_dictionary=[*LABELS, "ca_state"],
                          write_statistics=["ts_ns", *LABELS, "ca_state"])
         self.groups: list[tuple[Key, int]] = []
+        self._pending = Gathered()  # one series' small chunks, not yet written
+        self._pending_key: Key | None = None
 
     def write(self, key: Key, cols: dict[str, object]) -> None:
         """Rows of one series, in time order: `ts_ns` and any of NUMBERS and ca_state (the
         others all missing)."""
+        if key != self._pending_key:
+            self._flush()
         n = len(cols["ts_ns"])  # type: ignore[arg-type]
         for a in range(0, n, GROUP_ROWS):
             b = min(a + GROUP_ROWS, n)
@@ -260,8 +269,25 @@ class SampleWriter(SwapWriter):
                               pa.array(np.asarray(v, np.float64)[a:b], pa.float64()))
             ca = cols.get("ca_state")
             arrays.append(pa.nulls(b - a, _LABEL) if ca is None else _categories(ca, a, b))
-            self.writer.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA))
-            self.groups.append((key, b - a))
+            t = pa.Table.from_arrays(arrays, schema=SCHEMA)
+            if b - a >= MIN_GROUP_ROWS:
+                self._flush()
+                self._put(key, t)
+            else:
+                self._pending.add(t)
+                self._pending_key = key
+                if self._pending.rows >= MIN_GROUP_ROWS:
+                    self._flush()
+
+    def _put(self, key: Key, t: pa.Table) -> None:
+        self.writer.write_table(t)
+        self.groups.append((key, t.num_rows))
+
+    def _flush(self) -> None:
+        t = self._pending.take()
+        if t is not None and self._pending_key is not None:
+            self._put(self._pending_key, t)
+        self._pending_key = None
 
     def write_all(self, samples: SamplesLike) -> None:
         """Every series of `samples` (a table of COLUMNS, or read from elsewhere)."""
@@ -271,8 +297,14 @@ class SampleWriter(SwapWriter):
                 self.write(k, {name: c[name] for name in c.columns})
 
     def close(self) -> FileSamples:
+        if not self.done:
+            self._flush()
         self.swap()
         return FileSamples(self.path, self.groups)
+
+    def abandon(self) -> None:
+        self._pending.take()
+        super().abandon()
 
 
 def _label(value: str | None, n: int) -> pa.Array:

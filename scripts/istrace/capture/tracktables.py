@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture.labels import concat_labelled
-from istrace.capture.swapwrite import SwapWriter
+from istrace.capture.swapwrite import Gathered, SwapWriter
 
 STATE_COLUMNS = ["conn", "dir", "host", "source", "state", "start_ns", "end_ns"]
 EVENT_COLUMNS = ["ts_ns", "conn", "dir", "host", "source", "kind", "seq", "bytes", "cmd", "note"]
@@ -28,8 +28,10 @@ EVENT_COLUMNS = ["ts_ns", "conn", "dir", "host", "source", "kind", "seq", "bytes
 _LABEL = pa.dictionary(pa.int32(), pa.string())
 _TYPES = {"ts_ns": pa.int64(), "start_ns": pa.int64(), "end_ns": pa.int64(),
           "seq": pa.float64(), "bytes": pa.float64(), "cmd": pa.float64()}
-# rows per row group, and per block a reader holds: what a step holds of a table at a time
-GROUP_ROWS = 1 << 16
+# rows per row group, and per block a reader holds: what a step holds of a table at a time,
+# and what a writer gathers (as Arrow tables of a slice's rows each: 50 000 such rows were
+# 8 MB of the tracking)
+GROUP_ROWS = 1 << 14
 
 # where: a column and the value (or values) its rows must have; None: any
 Where = str | Sequence[str] | None
@@ -133,9 +135,10 @@ class FileTable(TrackTable):
 
 
 class TableWriter(SwapWriter):
-    """A table written a frame at a time (each as row groups), beside the old file and renamed
-    over it on a clean close, which returns the FileTable that reads it (a failed tracking
-    leaves no half table)."""
+    """A table written a frame at a time, beside the old file and renamed over it on a clean
+    close, which returns the FileTable that reads it (a failed tracking leaves no half
+    table). Frames are gathered into row groups of GROUP_ROWS: the tracker writes a slice's
+    few marks at a time, and a row group each was a footer that grew with the capture."""
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
         self.columns = list(columns)
@@ -145,6 +148,7 @@ class TableWriter(SwapWriter):
         super().__init__(path, self._schema, compression="lz4", use_dictionary=labels,
                          write_statistics=labels)
         self.rows = 0
+        self._pending = Gathered()  # under GROUP_ROWS rows, not yet written
 
     def write(self, df: pd.DataFrame | TrackTable) -> None:
         """Rows of the table's columns (a missing one: all missing), in any dtypes a label
@@ -157,14 +161,34 @@ class TableWriter(SwapWriter):
             part = df.iloc[a:a + GROUP_ROWS]
             arrays = [_array(part[c] if c in part.columns else None, f.type, len(part))
                       for c, f in zip(self.columns, self._schema, strict=True)]
-            self.writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
+            self._pending.add(pa.Table.from_arrays(arrays, schema=self._schema))
             self.rows += len(part)
+            if self._pending.rows >= GROUP_ROWS:
+                self._flush(whole_groups=True)
+
+    def _flush(self, whole_groups: bool) -> None:
+        """The rows gathered, written as row groups of GROUP_ROWS (`whole_groups`: the rest
+        of a group kept for the next frames)."""
+        t = self._pending.take()
+        if t is None:
+            return
+        n = len(t) if not whole_groups else len(t) // GROUP_ROWS * GROUP_ROWS
+        if n:
+            self.writer.write_table(t.slice(0, n), row_group_size=GROUP_ROWS)
+        if n < len(t):
+            self._pending.add(t.slice(n))
 
     def close(self) -> FileTable:
-        if not self.done and not self.rows:  # a readable table of no rows
-            self.writer.write_table(self._schema.empty_table())
+        if not self.done:
+            self._flush(whole_groups=False)
+            if not self.rows:  # a readable table of no rows
+                self.writer.write_table(self._schema.empty_table())
         self.swap()
         return FileTable(self.path, self.columns, self.rows)
+
+    def abandon(self) -> None:
+        self._pending.take()
+        super().abandon()
 
 
 def _array(col: pd.Series | None, kind: pa.DataType, n: int) -> pa.Array:
