@@ -156,3 +156,43 @@ def test_a_failed_writer_leaves_no_table(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     empty = TableWriter(path, EVENT_COLUMNS).close()  # no rows: still a readable table
     assert empty.empty and list(pd.read_parquet(path).columns) == EVENT_COLUMNS
+
+
+def test_small_frames_are_gathered_into_row_groups(tmp_path: Path) -> None:
+    """The tracker writes a slice's few rows at a time: hundreds of small frames make a few
+    row groups (their metadata is held by the writer to the end and parsed by every reader),
+    the rows in the order written, labels whose values differ from frame to frame intact;
+    a series' samples never share a row group with another series'."""
+    from istrace.capture.tracksamples import MIN_GROUP_ROWS, Key, SampleWriter
+    from istrace.capture.tracktables import GROUP_ROWS, TableWriter
+
+    ev = _marks(5 * GROUP_ROWS // 2, seed=9)
+    with TableWriter(tmp_path / "ev.parquet", EVENT_COLUMNS) as w:
+        for a in range(0, len(ev), 97):
+            w.write(ev.iloc[a:a + 97])
+    filed = w.close()
+    assert pq.ParquetFile(filed.path).metadata.num_row_groups == 3
+    pd.testing.assert_frame_equal(filed.read().reset_index(drop=True),
+                                  ev.reset_index(drop=True), check_dtype=False,
+                                  check_categorical=False)
+
+    keys = [Key("a:1-b:2", "i2t", "initiator", "estimated"),
+            Key("a:1-b:2", "t2i", "target", "estimated")]
+    with SampleWriter(tmp_path / "track.parquet") as sw:
+        for k in keys:
+            for a in range(0, 50 * (3 * MIN_GROUP_ROWS // 50), 50):
+                sw.write(k, {"ts_ns": np.arange(a, a + 50, dtype=np.int64),
+                             "rtt_us": np.full(50, float(a))})
+        sw.write(keys[0], {"ts_ns": np.arange(10**6, 10**6 + 3, dtype=np.int64)})
+    got = sw.close()
+    pf = pq.ParquetFile(got.path)
+    assert pf.metadata.num_row_groups <= 8, pf.metadata.num_row_groups
+    for i in range(pf.metadata.num_row_groups):
+        g = pf.read_row_group(i, columns=["dir"]).to_pandas()
+        assert g["dir"].nunique() == 1
+    again = FileSamples.open(got.path)
+    for k in keys:
+        rows = pd.concat(list(again.chunks(["ts_ns", "rtt_us"], **k._asdict())))
+        n = 50 * (3 * MIN_GROUP_ROWS // 50) + (3 if k.dir == "i2t" else 0)
+        assert len(rows) == n and (np.diff(rows["ts_ns"].to_numpy()) > 0).all()
+        assert got.rows(**k._asdict()) == n

@@ -235,7 +235,7 @@ class _Episodes:
         return j >= 0 and int(self.col("reach")[j]) >= t
 
 
-class _LogHistogram:
+class LogHistogram:
     """The median of the RTT samples from a histogram of their logarithms, STEPS bins an
     octave (the median within 0.14%): a minute's million samples in 100 KB, where held they
     grew with the capture. Nanoseconds to days fit; what lies outside counts in the end
@@ -292,7 +292,7 @@ class Direction:
         self.open_run: list[int] | None = None             # [start, length, last ts]
         self.last_dup: int | None = None                   # the latest duplicate ACK's time
         self.disorder_end: int | None = None               # where the last Disorder ended
-        self.rtts = _LogHistogram()
+        self.rtts = LogHistogram()
         self._states: list[tuple] = []                     # decided, not yet taken (`found`)
 
     # ----------------------------------------------------------------------------------------
