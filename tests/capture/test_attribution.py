@@ -117,6 +117,41 @@ def test_seq_index_made_once_answers_every_block_as_by_seq() -> None:
     assert len(set(whole) - {None}) > 60  # rows of many commands, on all three streams
 
 
+def test_small_pdus_are_indexed_by_runs_and_answer_as_each_pdu_would() -> None:
+    """8 KiB PDUs, 64 a command, two commands' PDUs interleaved at times, some without a
+    command, the stream wrapping past 2^32: the index keeps a run of one command's
+    PDUs as one entry and an anchor per ANCHOR_STEP, and answers every row as a lookup over
+    each PDU does (the PDU sent last before the row places its sequence number; the last PDU
+    starting at or before it gives the command)."""
+    rng = np.random.default_rng(11)
+    n, size = 64 * 320, 8192
+    base = (1 << 32) - 5_000_000
+    cmd = np.repeat(np.arange(n // 64), 64)
+    swap = rng.random(n) < 0.02  # a PDU of the next command sent among this one's
+    cmd = np.where(swap, cmd + 1, cmd).astype(object)
+    cmd[rng.random(n) < 0.01] = None
+    off = np.arange(n, dtype=np.int64) * size  # 168 MB from 5 MB below 2^32
+    ts = T0 + np.arange(n, dtype=np.int64) * 10_000
+    pdus = pd.DataFrame({"conn": "c", "dir": "t2i", "tcp_seq": (base + off) % (1 << 32),
+                         "ts_ns": ts, "cmd": pd.array(cmd, dtype="Int64")})
+    index = at.SeqIndex(pdus)
+    anchors, runs = index.held()
+    assert runs < n // 10 and anchors < n // 100  # runs and anchors, not PDUs
+    m = 5000
+    pick = rng.integers(0, n, m)
+    row_off = off[pick] + rng.integers(0, size, m)
+    row_t = ts[pick] + rng.integers(0, 10_000, m)
+    late = rng.random(m) < 0.1  # retransmissions seen long after
+    row_t = np.where(late, row_t + 50 * MS, row_t)
+    got = _ids(index.cmds(row_t, ["c"] * m, ["t2i"] * m, (base + row_off) % (1 << 32)))
+    has = np.flatnonzero(pd.notna(cmd))
+    want = []
+    for o in row_off.tolist():  # offsets are exact here: the last PDU with a command at or before
+        j = has[np.searchsorted(off[has], o, side="right") - 1]
+        want.append(int(cmd[j]))
+    assert got == want
+
+
 def test_tags_text_or_numbers() -> None:
     s = at.tag_numbers(pd.Series(["0x0000001f", None, "12", "junk"]))
     assert [None if pd.isna(v) else int(v) for v in s] == [31, None, 12, None]

@@ -40,6 +40,10 @@ def test_main_pdus_reads_only_the_initiators(cap, monkeypatch):
                         real(self, h, c))
     assert len(cap.main_pdus()) == len(cap.pdus.read("initiator"))
     assert asked == ["initiator", "initiator"]  # the table, then the test's own read
+    # the tracker reads only the columns its command lookup needs
+    got = cap.main_pdus(["conn", "dir", "tcp_seq", "cmd"])
+    assert sorted(got.columns) == ["cmd", "conn", "dir", "tcp_seq"]
+    assert len(got) == len(cap.pdus.read("initiator"))
 
 
 def test_a_table_given_is_held_as_given():

@@ -403,6 +403,10 @@ def _events(events: dict[str, np.ndarray] | None, conn: str, d: str, host: str
          "source": _const(n, "estimated")}, copy=False)[EVENT_COLUMNS])
 
 
+# the PDU columns _cmd_lookup reads
+PDU_COLUMNS = ["conn", "dir", "tcp_seq", "cmd"]
+
+
 def _cmd_lookup(pdus: pd.DataFrame | None, conn: str, d: str,
                 base: int) -> Callable[[np.ndarray], np.ndarray]:
     """seq offsets -> index of the command whose PDU holds each byte (NaN when unknown)."""

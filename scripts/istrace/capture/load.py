@@ -106,10 +106,11 @@ class Capture:
     def main_commands(self) -> pd.DataFrame | None:
         return self.commands.get("initiator", self.commands.get("target"))
 
-    def main_pdus(self) -> pd.DataFrame | None:
-        """The initiator's PDUs, else the target's (read now: not held)."""
+    def main_pdus(self, columns: Sequence[str] | None = None) -> pd.DataFrame | None:
+        """The initiator's PDUs, else the target's (read now: not held), with `columns` of
+        the analysed ones only when given."""
         host = self.pdus.first(HOSTS)
-        return self.pdus.read(host) if host is not None else None
+        return self.pdus.read(host, columns) if host is not None else None
 
     def held_events(self, columns: Sequence[str] | None = None) -> pd.DataFrame | None:
         """The probe events the analysis reads (events.held_rows'; every one when `events`

@@ -821,15 +821,19 @@ def span_arrays(pdus: pd.DataFrame | None, segs: SegmentsLike | None, d: str = "
     if not keep.any():
         return
     conn = pdus["conn"][keep]
-    names = conn.cat.categories if isinstance(conn.dtype, pd.CategoricalDtype) \
-        else sorted(conn.unique())
+    names = list(conn.cat.categories if isinstance(conn.dtype, pd.CategoricalDtype)
+                 else sorted(conn.unique()))
+    c_code = pd.Categorical(conn, categories=names).codes
     seq = pdus["tcp_seq"].to_numpy(np.int64, na_value=0)[keep]
     ahs = pdus["ahs_len"].to_numpy(np.float64)[keep] if "ahs_len" in pdus else 0
     ln = 48 + np.nan_to_num(ahs).astype(np.int64) + \
         np.nan_to_num(pdus["dsl"].to_numpy(np.float64)[keep]).astype(np.int64)
     k = pdus[key].to_numpy(np.int64, na_value=0)[keep]
-    for name in names:
-        mine = (conn == name).to_numpy(bool)
+    # the table is not held through the passes over the segments below, only these arrays
+    # (a full-rate minute's PDUs as read: 6 MB of the pass's peak)
+    del pdus, conn, keep, ahs
+    for c, name in enumerate(names):
+        mine = c_code == c
         if not mine.any():
             continue
         slices = payload_slices(segs, d, ("ts_ns", "seq", "len"), conn=str(name),
