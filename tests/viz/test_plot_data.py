@@ -51,9 +51,13 @@ def test_ladder_rows_and_one_way_delay(cap1):
 
 
 @pytest.mark.parametrize("middle", [False, True])
-def test_ladder_made_for_its_window_shows_what_the_whole_ladder_does(cap1, monkeypatch, middle):
-    # no margin: only the commands with a PDU inside the window are read
-    monkeypatch.setattr(render, "LADDER_PAD_NS", 0)
+@pytest.mark.parametrize("margin", [False, True])
+def test_ladder_made_for_its_window_shows_what_the_whole_ladder_does(cap1, monkeypatch, middle,
+                                                                     margin):
+    # no margin: only the commands with a PDU inside the window are read; else the window's
+    # own length or ten one-way delays either side
+    if not margin:
+        monkeypatch.setattr(render, "LADDER_PAD_NS", 0)
     cap, t = cap1
     whole = data.ladder_rows(cap.pdus["initiator"], cap.pdus["target"], cap.offset_ns,
                              render.one_way_ns(cap))
@@ -67,6 +71,15 @@ def test_ladder_made_for_its_window_shows_what_the_whole_ladder_does(cap1, monke
             drop=True)
     assert len(inside(whole)) >= 12
     pd.testing.assert_frame_equal(inside(rows), inside(whole))
+
+
+def test_the_ladders_margin_follows_its_window_and_delay():
+    w = (10**9, 10**9 + 50_000_000)
+    assert render.ladder_pad(w, None) == render.LADDER_PAD_NS  # delay unknown: the most
+    assert render.ladder_pad(w, 100_000) == 50_000_000  # the window's length
+    assert render.ladder_pad(w, 20_000_000) == 200_000_000  # ten one-way delays
+    assert render.ladder_pad(w, 10**9) == render.LADDER_PAD_NS
+    assert render.ladder_pad((5, 5), 0) == 1_000_000
 
 
 def test_bursts_idle_gaps_and_ratio(cap1):
