@@ -6,7 +6,9 @@ acknowledged, the segments not yet acknowledged (Karn's rule, retransmission det
 last ACK and its duplicate run, the smoothed RTT, the trailing window of the delivery rate and
 the open loss episode. All of it is bounded by what is in flight, not by the capture's length,
 so tracking a minute of full-rate traffic takes a slice's memory, and any slicing yields the
-same rows as one slice (tests/viz/test_track_slices.py).
+same rows as one slice (tests/viz/test_track_slices.py). A slice's marks and the Disorder
+intervals it decides are handed on after it (`found`); what waits for the direction's end is
+a row per loss episode, whose kind needs the median RTT (a fixed-size histogram).
 
 Slices are cut only where every time stamp before the cut is below every one after it (a
 capture's stamps can step back by microseconds where two CPUs stamped it): the rows of a slice
@@ -255,7 +257,8 @@ class LogHistogram:
             return
         octaves = np.log2(np.clip(us, 2.0 ** self.LO, 2.0 ** self.HI))
         bins = np.floor((octaves - self.LO) * self.STEPS).astype(np.int64)
-        np.add.at(self.counts, np.minimum(bins, len(self.counts) - 1), 1)
+        self.counts += np.bincount(np.minimum(bins, len(self.counts) - 1),
+                                   minlength=len(self.counts))
 
     def median(self) -> float | None:
         """The two middle samples' bins' centres, averaged (as np.median averages the two
@@ -270,7 +273,8 @@ class LogHistogram:
 
 
 class Direction:
-    """Tracks one direction: `feed` each slice in table order, then `finish`."""
+    """Tracks one direction: `feed` each slice in table order, taking the state intervals and
+    marks it decided with `found` (none are held to the end), then `finish`."""
 
     def __init__(self, conn: str, d: str, host: str, p: Plan, shift: int,
                  cmd_of: Callable[[np.ndarray], np.ndarray], dupack_threshold: int,
