@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from istrace.capture import tcpseq
+from istrace.capture.labels import label_codes
 
 SLACK_NS = 2_000_000
 # An application (libiscsi, tgtd) sees a response well after the wire does (scheduling,
@@ -221,15 +222,20 @@ class SeqIndex:
             return
         p_seq, seq_ok = _ints(pdus["tcp_seq"])
         p_t, t_ok = _ints(pdus["ts_ns"] if pdu_ts_ns is None else pdu_ts_ns)
-        p = pd.DataFrame({"conn": pdus["conn"].astype(object).to_numpy(),
-                          "dir": pdus["dir"].astype(object).to_numpy(), "seq": p_seq,
-                          "t": p_t, "cmd": _cmd_ids(pdus) if "cmd" in pdus else np.nan})
-        p = p[seq_ok & t_ok & p["conn"].notna().to_numpy() & p["dir"].notna().to_numpy()]
-        p = p.sort_values("t", kind="stable")
-        all_t, all_seq = p["t"].to_numpy(np.int64), p["seq"].to_numpy(np.int64)
-        all_cmd = p["cmd"].to_numpy(np.float64)
-        for key, pos in p.groupby(["conn", "dir"], sort=False).indices.items():
-            ps, pc = all_seq[pos], all_cmd[pos]
+        # labels as codes, the PDUs put in time order by position: a table of the PDUs with
+        # the labels as text, sorted and grouped by pandas, was 150 MB of the merge's peak
+        # for a 30 s capture's 630 000 PDUs (8 KiB Data-In)
+        c_code, c_names = label_codes(pdus["conn"])
+        d_code, d_names = label_codes(pdus["dir"])
+        all_cmd = _cmd_ids(pdus) if "cmd" in pdus else np.full(len(pdus), np.nan)
+        ok = np.flatnonzero(seq_ok & t_ok & (c_code >= 0) & (d_code >= 0))
+        ok = ok[np.argsort(p_t[ok], kind="stable")]
+        nd = max(len(d_names), 1)
+        group = c_code[ok].astype(np.int64) * nd + d_code[ok]
+        for g in pd.unique(group):
+            pos = ok[group == g]
+            key = (c_names[g // nd], d_names[g % nd])
+            ps, pc = p_seq[pos], all_cmd[pos]
             po = tcpseq.unwrap(ps, int(ps[0]))
             has = ~np.isnan(pc)
             if not has.any():
@@ -244,7 +250,7 @@ class SeqIndex:
             run = np.concatenate([[True], cmds[1:] != cmds[:-1]])
             step = po // ANCHOR_STEP
             anchor = np.concatenate([[True], step[1:] != step[:-1]])
-            self._groups[key] = (all_t[pos][anchor], ps[anchor], po[anchor], starts[run],
+            self._groups[key] = (p_t[pos][anchor], ps[anchor], po[anchor], starts[run],
                                  cmds[run])
 
     def held(self) -> tuple[int, int]:
