@@ -361,6 +361,53 @@ def test_command_spans_past_4_gib_and_any_slicing():
         assert (sp["bytes"] == cmd_bytes).all()
 
 
+def test_spans_of_small_pdus_from_blocks_are_those_of_the_table():
+    """8 KiB PDUs, 16 a command, some sent among the next command's, the stream wrapping:
+    each command's and each PDU's span is its own segments' first and last time, whether
+    the PDUs come as one table or in blocks of any size (the report reads them a block at a
+    time, keeping only each command's range of the stream)."""
+    seg_len, per_cmd, n_cmds = 8192, 16, 300
+    isn = 2**32 - 10 * seg_len
+    n = per_cmd * n_cmds
+    rng = np.random.default_rng(5)
+    cmd = np.repeat(np.arange(n_cmds), per_cmd)
+    moved = np.flatnonzero(rng.random(n) < 0.05)
+    moved = moved[cmd[moved] < n_cmds - 1]
+    cmd[moved] += 1  # this segment's PDU belongs to the next command
+    k = np.arange(n, dtype=np.int64)
+    ts = 10**9 + k * 7_000
+    segs = conn_and_dir(pd.DataFrame({
+        "frame": k, "ts_ns": ts, "src": "10.0.0.2", "sport": 3260, "dst": "10.0.0.1",
+        "dport": 40000, "seq": (isn + 1 + k * seg_len) % 2**32, "ack": 1, "flags": 0x18,
+        "win": 500, "len": seg_len, "wscale": -1, "mss": -1, "tsval": -1, "tsecr": -1,
+        "sack": 0}))
+    pdus = pd.DataFrame({
+        "conn": segs["conn"].iloc[0], "dir": "t2i", "opcode_name": "SCSI Data-In",
+        "cmd": cmd, "pdu": k, "ts_ns": ts, "tcp_seq": (isn + 1 + k * seg_len) % 2**32,
+        "ahs_len": 0, "dsl": seg_len - 48})
+    want = pd.DataFrame({"cmd": cmd, "ts": ts}).groupby("cmd")["ts"].agg(["min", "max"])
+    for key in ("cmd", "pdu"):
+        one = list(data.span_arrays(pdus, segs, "t2i", key))
+        assert len(one) == 1
+        if key == "cmd":
+            assert one[0].keys.tolist() == want.index.tolist()
+            assert (one[0].first == want["min"].to_numpy()).all()
+            assert (one[0].last == want["max"].to_numpy()).all()
+            # a command's range: from its lowest PDU's first byte to its highest's last
+            assert (one[0].bytes == (want["max"] - want["min"]) // 7_000 * seg_len
+                    + seg_len).all()
+        else:
+            assert (one[0].keys == k).all() and (one[0].first == ts).all()
+            assert (one[0].last == ts).all() and (one[0].bytes == seg_len).all()
+        for rows in (1, 7, 100, 10**6):
+            got = list(data.span_arrays((pdus.iloc[a:a + rows]
+                                         for a in range(0, len(pdus), rows)),
+                                        segs, "t2i", key, slice_rows=999))
+            assert len(got) == 1 and got[0].conn == one[0].conn
+            for f in ("keys", "first", "last", "bytes"):
+                np.testing.assert_array_equal(getattr(got[0], f), getattr(one[0], f))
+
+
 def test_bursts_spacing_and_totals_read_in_slices_match_the_whole_table():
     """Bursts, the median spacing of data segments and the per-connection totals are read a
     slice of the table at a time: they must be what the whole table sorted by time gives,

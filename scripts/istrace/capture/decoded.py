@@ -320,11 +320,14 @@ def read_table(path: str | Path, columns: Iterable[str] | None = None,
     return pd.read_csv(path, low_memory=by_blocks, **options)
 
 
-def read_table_blocks(path: str | Path, columns: Iterable[str], rows: int
-                      ) -> Iterator[pd.DataFrame]:
+def read_table_blocks(path: str | Path, columns: Iterable[str], rows: int,
+                      labels: Iterable[str] = ()) -> Iterator[pd.DataFrame]:
     """read_table's `columns` of a table, `rows` rows at a time (a column's type is found in
-    each block: a block where it is empty holds it as missing floats)."""
-    with pd.read_csv(path, chunksize=rows, **_csv_options(path, columns)) as blocks:
+    each block: a block where it is empty holds it as missing floats); `labels` as
+    categoricals, each block's own."""
+    options = _csv_options(path, columns)
+    options["dtype"].update({c: "category" for c in labels if c in options["usecols"]})
+    with pd.read_csv(path, chunksize=rows, **options) as blocks:
         yield from blocks
 
 

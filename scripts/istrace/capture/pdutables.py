@@ -53,6 +53,17 @@ class PduTables(MutableMapping[str, pd.DataFrame]):
         return read_table(t, ANALYSED_PDU_COLUMNS if columns is None else columns, PDU_LABELS,
                           by_blocks=True)
 
+    def blocks(self, host: str, columns: Sequence[str], rows: int = 1 << 14
+               ) -> Iterator[pd.DataFrame]:
+        """`host`'s PDUs with `columns` of the analysed ones, `rows` at a time (the labels
+        categorical, each block's own): for a step that takes a few arrays of every PDU and
+        need not hold the table (nothing when the host has no table)."""
+        t = self._tables.get(host)
+        if isinstance(t, pd.DataFrame):
+            yield t[[c for c in columns if c in t.columns]]
+        elif t is not None:
+            yield from read_table_blocks(t, columns, rows, PDU_LABELS)
+
     def read_where(self, host: str, columns: Sequence[str],
                    keep: Callable[[pd.DataFrame], Any]) -> pd.DataFrame | None:
         """The rows of `host`'s PDUs that `keep` (a mask of a table of `columns`) picks,

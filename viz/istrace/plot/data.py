@@ -6,9 +6,8 @@ Times stay integer nanoseconds; plots convert to ms relative to a t0 they choose
 
 from __future__ import annotations
 
-import itertools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -805,54 +804,86 @@ class SpanArrays(NamedTuple):
 SPAN_PDU_COLUMNS = ["conn", "dir", "opcode_name", "tcp_seq", "ahs_len", "dsl", "cmd"]
 
 
-def span_arrays(pdus: pd.DataFrame | None, segs: SegmentsLike | None, d: str = "t2i",
-                key: str = "cmd", slice_rows: int = SLICE_ROWS
-                ) -> Iterator[SpanArrays]:
+def span_arrays(pdus: pd.DataFrame | Iterable[pd.DataFrame] | None,
+                segs: SegmentsLike | None, d: str = "t2i", key: str = "cmd",
+                slice_rows: int = SLICE_ROWS) -> Iterator[SpanArrays]:
     """segment_spans' rows as arrays, a connection at a time (SpanArrays): the keys whose
-    data PDUs' bytes the segments carried. Only
-    the columns read are taken out of `pdus`, as arrays: a copy of the data PDUs' rows
-    grouped by pandas was a third of the diagnosis's peak on a full-rate minute (47 000
-    PDUs)."""
-    if pdus is None or segs is None or pdus.empty or segs.empty or "tcp_seq" not in pdus \
-            or key not in pdus:
+    data PDUs' bytes the segments carried. `pdus`: a table, or its blocks (PduTables.blocks),
+    of which only each key's range of the stream is kept (key_ranges)."""
+    if pdus is None or segs is None or segs.empty:
         return
-    keep = ((pdus["dir"] == d) & pdus["opcode_name"].isin(DATA_OPS) & pdus["cmd"].notna()
-            & pdus["tcp_seq"].notna()).to_numpy(bool)
-    if not keep.any():
-        return
-    conn = pdus["conn"][keep]
-    names = list(conn.cat.categories if isinstance(conn.dtype, pd.CategoricalDtype)
-                 else sorted(conn.unique()))
-    c_code = pd.Categorical(conn, categories=names).codes
-    seq = pdus["tcp_seq"].to_numpy(np.int64, na_value=0)[keep]
-    ahs = pdus["ahs_len"].to_numpy(np.float64)[keep] if "ahs_len" in pdus else 0
-    ln = 48 + np.nan_to_num(ahs).astype(np.int64) + \
-        np.nan_to_num(pdus["dsl"].to_numpy(np.float64)[keep]).astype(np.int64)
-    k = pdus[key].to_numpy(np.int64, na_value=0)[keep]
-    # the table is not held through the passes over the segments below, only these arrays
-    # (a full-rate minute's PDUs as read: 6 MB of the pass's peak)
-    del pdus, conn, keep, ahs
-    for c, name in enumerate(names):
-        mine = c_code == c
-        if not mine.any():
-            continue
-        slices = payload_slices(segs, d, ("ts_ns", "seq", "len"), conn=str(name),
-                                rows=slice_rows)
-        first = next(slices, None)
-        if first is None:
-            continue
-        base = int(first["seq"][0])
-        a = tcpseq.unwrap(seq[mine], base)
-        # each key's range of the stream: its PDUs' lowest start and highest end
-        order = np.argsort(km := k[mine], kind="stable")
-        ks = km[order]
-        at = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]]))
-        lo = np.minimum.reduceat(a[order], at)
-        hi = np.maximum.reduceat((a + ln[mine])[order], at)
-        starts, ends = _first_last(lo, hi, itertools.chain([first], slices),
+
+    def base_of(conn: str) -> int | None:  # the stream's first byte at this capture point
+        first = next(payload_slices(segs, d, ("seq",), conn=conn, rows=slice_rows), None)
+        return None if first is None else int(first["seq"][0])
+
+    ranges = key_ranges([pdus] if isinstance(pdus, pd.DataFrame) else pdus, d, key, base_of)
+    for name in sorted(ranges):
+        base, keys, lo, hi = ranges.pop(name)
+        starts, ends = _first_last(lo, hi, payload_slices(segs, d, ("ts_ns", "seq", "len"),
+                                                          conn=name, rows=slice_rows),
                                    tcpseq.Unwrapper(base))
         ok = starts <= ends
-        yield SpanArrays(str(name), ks[at][ok], starts[ok], ends[ok], (hi - lo)[ok])
+        hi -= lo
+        del lo
+        if ok.all():  # no copies: with a key per PDU, each array is 5 MB a 630 000 PDUs
+            yield SpanArrays(name, keys, starts, ends, hi)
+        else:
+            yield SpanArrays(name, keys[ok], starts[ok], ends[ok], hi[ok])
+
+
+def key_ranges(blocks: Iterable[pd.DataFrame], d: str, key: str,
+               base_of: Callable[[str], int | None]
+               ) -> dict[str, tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per connection whose stream has a first byte (`base_of`; None: not seen), the range of
+    the stream each `key` value's data PDUs in direction `d` cover: (base, keys rising, lowest
+    start, highest end; unwrapped from base in the PDUs' order). A block's PDUs of one key in
+    a row are one range at once: with 8 KiB Data-In PDUs a command has 512, and a table of
+    every PDU, read whole, was 65 MB of the pass's peak on a 30 s capture (630 000 PDUs)."""
+    runs: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    unwrap: dict[str, tcpseq.Unwrapper | None] = {}
+    for b in blocks:
+        if b.empty or "tcp_seq" not in b or key not in b:
+            continue
+        keep = ((b["dir"] == d) & b["opcode_name"].isin(DATA_OPS) & b["cmd"].notna()
+                & b["tcp_seq"].notna()).to_numpy(bool)
+        if not keep.any():
+            continue
+        c_code, names = label_codes(b["conn"][keep])
+        seq = b["tcp_seq"].to_numpy(np.int64, na_value=0)[keep]
+        ahs = b["ahs_len"].to_numpy(np.float64)[keep] if "ahs_len" in b else 0
+        ln = 48 + np.nan_to_num(ahs).astype(np.int64) + \
+            np.nan_to_num(b["dsl"].to_numpy(np.float64)[keep]).astype(np.int64)
+        k = b[key].to_numpy(np.int64, na_value=0)[keep]
+        for c, name in enumerate(str(n) for n in names):
+            mine = c_code == c
+            if name not in unwrap:
+                base = base_of(name) if mine.any() else None
+                unwrap[name] = None if base is None else tcpseq.Unwrapper(base)
+            u = unwrap[name]
+            if u is None or not mine.any():
+                continue
+            a, km = u(seq[mine]), k[mine]
+            at = np.flatnonzero(np.concatenate([[True], km[1:] != km[:-1]]))
+            runs.setdefault(name, []).append((km[at], np.minimum.reduceat(a, at),
+                                              np.maximum.reduceat(a + ln[mine], at)))
+    out = {}
+    for name, parts in runs.items():
+        keys = np.concatenate([p[0] for p in parts])
+        lo = np.concatenate([p[1] for p in parts])
+        hi = np.concatenate([p[2] for p in parts])
+        del parts[:]
+        if len(keys) > 1 and not (keys[1:] > keys[:-1]).all():  # a key in several runs
+            order = np.argsort(keys, kind="stable")
+            keys = keys[order]
+            at = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+            lo = np.minimum.reduceat(lo[order], at)
+            hi = np.maximum.reduceat(hi[order], at)
+            keys = keys[at]
+        u = unwrap[name]
+        if u is not None:  # always: runs are only made where the stream has a first byte
+            out[name] = (u.base, keys, lo, hi)
+    return out
 
 
 def _first_last(lo: np.ndarray, hi: np.ndarray, slices: Iterator[dict[str, np.ndarray]],
@@ -863,8 +894,9 @@ def _first_last(lo: np.ndarray, hi: np.ndarray, slices: Iterator[dict[str, np.nd
     `hi`, their first and last times by reduceat over the (i, j) pairs laid side by side."""
     first = np.full(len(lo), np.iinfo(np.int64).max)
     last = np.full(len(lo), np.iinfo(np.int64).min)
-    by_lo = np.argsort(lo, kind="stable")
-    lo_sorted = lo[by_lo]
+    # the ranges in order of their start (PDUs' ranges mostly come so: then no copy)
+    by_lo = None if not len(lo) or (lo[1:] >= lo[:-1]).all() else np.argsort(lo, kind="stable")
+    lo_sorted = lo if by_lo is None else lo[by_lo]
     longest = int((hi - lo).max()) if len(lo) else 0
     for sl in slices:
         s0 = unwrap(sl["seq"])
@@ -876,8 +908,9 @@ def _first_last(lo: np.ndarray, hi: np.ndarray, slices: Iterator[dict[str, np.nd
         np.maximum.accumulate(end, out=end)
         # the ranges this slice can touch: starting before its last byte, ending after its
         # first (no range is longer than the longest)
-        k = by_lo[np.searchsorted(lo_sorted, int(s0[0]) - longest, side="left"):
-                  np.searchsorted(lo_sorted, int(end[-1]), side="left")]
+        a, b = (int(np.searchsorted(lo_sorted, v, side="left"))
+                for v in (int(s0[0]) - longest, int(end[-1])))
+        k = np.arange(a, b) if by_lo is None else by_lo[a:b]
         i = np.searchsorted(end, lo[k], side="right")
         j = np.searchsorted(s0, hi[k], side="left")
         ok = j > i

@@ -81,7 +81,8 @@ def data_spans(cap: Capture, host: str, key: str = "cmd") -> list[data.SpanArray
 
     def make() -> list[data.SpanArrays]:
         cols = data.SPAN_PDU_COLUMNS + ([key] if key not in data.SPAN_PDU_COLUMNS else [])
-        return list(data.span_arrays(cap.pdus.read(source, cols), segs, d, key))
+        # the PDUs a block at a time, only the arrays of the direction's data PDUs kept
+        return list(data.span_arrays(cap.pdus.blocks(source, cols), segs, d, key))
     return segs.cached(("data_spans", d, key, source), make)
 
 
