@@ -477,6 +477,12 @@ def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
     # the PDUs by sequence, made once for the segments' ties and the rows': made in each of
     # the processes, a full-rate minute's 125 000 PDUs peaked at 15 MB in each
     index = attribution.SeqIndex(ini.ties if have_cmds else None)
+    tie = CommandTies(ini.ties, ini.commands, slack, index) \
+        if have_cmds and ini.ties is not None and ini.commands is not None else None
+    # the tie columns served these two only: let go before the segment writers are forked
+    # (30 s of 8 KiB Data-In PDUs: 630 000 rows, 50 MB, held by each of them and the join)
+    for h in HOSTS:
+        decoded[h].ties = None
     freed.give_back()
     # each host's segments tied to their commands (its own table), beside the events' join
     for h in seg_bins:
@@ -484,8 +490,8 @@ def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
     segs = {h: forked.start(lambda h=h: segment_pass.tie_segments(
         d, seg_bins[h], h, ports, off, index, say, publish=False)) for h in seg_bins}
     try:
-        n_rows, counts = _write_merged(d, staged, decoded, have_cmds, slack, off, write_csv,
-                                       notes, scratch, say, index)
+        n_rows, counts = _write_merged(d, staged, decoded, tie, off, write_csv, notes,
+                                       scratch, say)
         for h in segs:
             counts[f"{h}/net"] = segs[h]()
     except BaseException:
@@ -534,21 +540,16 @@ def _blocks(staged: Path) -> Iterator[pa.Table]:
 
 
 def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
-                  have_cmds: bool, slack: int, off: int, write_csv: bool | None,
-                  notes: list[str], scratch: Path, say: Any,
-                  index: attribution.SeqIndex) -> tuple[int, dict[str, int]]:
-    """The events and PDUs on the common clock, tied to their commands, sorted and written
-    (merged.parquet, merged.csv) a block at a time, and each host's commands on the common
-    clock; (rows, rows per host and layer)."""
-    ini = decoded["initiator"]
-    if not have_cmds:
+                  tie: CommandTies | None, off: int, write_csv: bool | None,
+                  notes: list[str], scratch: Path, say: Any) -> tuple[int, dict[str, int]]:
+    """The events and PDUs on the common clock, tied to their commands (`tie`; None: the
+    initiator's decode is missing), sorted and written (merged.parquet, merged.csv) a block
+    at a time, and each host's commands on the common clock; (rows, rows per host and
+    layer)."""
+    if tie is None:
         notes.append("no initiator-side decode (pdus.csv/commands.csv): cmd_id is empty")
     elif decoded["target"].pdus is None:
         notes.append("target PDUs not decoded: target PDU rows have no cmd_id")
-    tie = None
-    if have_cmds:
-        assert ini.ties is not None and ini.commands is not None
-        tie = CommandTies(ini.ties, ini.commands, slack, index)
     counts: dict[str, int] = {}
     say("merge: joining")
     with ExternalSort(MERGED_SCHEMA, "ts_ns_merged", scratch) as rows:
@@ -568,12 +569,7 @@ def _write_merged(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
             # a minute's join grew this process by 90 MB of freed blocks (the rows kept are in
             # the sort's run files)
             freed.give_back()
-        # the PDUs' tie columns served the join only (the segment writers forked with their
-        # own): let go before the sort, whose run readers and row groups come on top
-        tie = None
-        for h in HOSTS:
-            decoded[h].ties = None
-        freed.give_back()
+        freed.give_back()  # the join's, before the sort's run readers and row groups
         n_rows = rows.rows
         say("merge: sorting and writing")
         csv = d / layout.MERGED_CSV

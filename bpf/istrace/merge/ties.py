@@ -26,9 +26,7 @@ class CommandTies:
         self.commands = ini_cmds.copy()
         if "cmd" not in self.commands:
             self.commands["cmd"] = np.arange(len(self.commands))
-        lut = pd.Series(pd.to_numeric(ini_pdus["cmd"], errors="coerce").astype("Int64").values,
-                        index=pd.to_numeric(ini_pdus["pdu"], errors="coerce"))
-        self.pdu_cmd = lut[~lut.index.duplicated()]
+        self.pdu_cmd = PduCommands(ini_pdus["pdu"], ini_pdus["cmd"])
 
     def cmd_ids(self, block: pa.Table) -> pa.Array:
         """The command of each row of a block of merged rows (on the common clock)."""
@@ -41,8 +39,7 @@ class CommandTies:
         # initiator PDU rows: from the decoder
         pdu_rows = (df["source"] == "pcap") & (df["layer"] == "iscsi")
         ini_pdu_rows = (pdu_rows & (df["host"] == "initiator")).fillna(False).astype(bool)
-        cmd[ini_pdu_rows] = self.pdu_cmd.reindex(
-            df.loc[ini_pdu_rows, "pdu"].astype("float")).values
+        cmd[ini_pdu_rows] = self.pdu_cmd.of(df.loc[ini_pdu_rows, "pdu"].astype("float"))
         seq_rows = (df["host"] == "target") & pdu_rows | \
             ((df["source"] == "probe") & df["event"].isin(["retransmit", "tcp_probe"]))
         seq_rows = seq_rows.fillna(False).astype(bool) & df["seq"].notna() & df["conn"].notna()
@@ -74,6 +71,50 @@ class CommandTies:
             cmd[off_rows] = by_off.where(by_off.notna(), cmd[off_rows])
         _tie_by_lba(df, cmd, commands, slack)
         return pa.array(cmd, type=pa.int64(), from_pandas=True)
+
+
+class PduCommands:
+    """Each initiator PDU's command by the PDU's number (the first row of a number given
+    twice), kept as runs: PDUs numbered in a row with one command (or none) are one entry.
+    A command's Data-In PDUs are numbered in a row but where another command's PDU comes
+    between: with 8 KiB PDUs, a few runs a command for 512 PDUs, where a table indexed by
+    PDU number (and its hash table) was 30 MB of a 30 s capture's merge."""
+
+    def __init__(self, pdu: pd.Series, cmd: pd.Series) -> None:
+        p = pd.to_numeric(pdu, errors="coerce").to_numpy(np.float64)
+        c = pd.to_numeric(cmd, errors="coerce").astype("Int64").array
+        ok = np.flatnonzero(~np.isnan(p))
+        order = ok[np.argsort(p[ok], kind="stable")]  # equal numbers: the first row first
+        num = p[order].astype(np.int64)
+        first = np.concatenate([[True], num[1:] != num[:-1]])[:len(num)]
+        order, num = order[first], num[first]
+        val = c.to_numpy(np.int64, na_value=-1)[order]
+        has = ~c.isna()[order]
+        new_run = np.concatenate([[True], (num[1:] != num[:-1] + 1) | (val[1:] != val[:-1])
+                                  | (has[1:] != has[:-1])])[:len(num)]
+        at = np.flatnonzero(new_run)
+        self.start, self.cmd, self.has = num[at], val[at], has[at]
+        self.end = np.append(num[at[1:] - 1], num[-1]) if len(at) else num[:0]
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def of(self, pdu: pd.Series) -> pd.arrays.IntegerArray:
+        """The command of each PDU number (<NA>: none, or a number not in the table)."""
+        x = pdu.to_numpy(np.float64, na_value=np.nan)
+        out = np.zeros(len(x), np.int64)
+        whole = ~np.isnan(x)
+        whole[whole] = x[whole] == np.floor(x[whole])
+        xi = np.where(whole, x, -1).astype(np.int64)
+        j = np.searchsorted(self.start, xi, side="right") - 1
+        hit = whole & (j >= 0)
+        jj = np.where(hit, j, 0)
+        if len(self.start):
+            hit &= (xi <= self.end[jj]) & self.has[jj]
+            out[hit] = self.cmd[jj[hit]]
+        else:
+            hit[:] = False
+        return pd.arrays.IntegerArray(out, ~hit)
 
 
 def _tie_by_lba(df: pd.DataFrame, cmd: pd.Series, commands: pd.DataFrame, slack: int) -> None:

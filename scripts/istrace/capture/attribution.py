@@ -68,6 +68,8 @@ def block_size(commands: pd.DataFrame) -> int:
 def _ints(x: Any) -> tuple[np.ndarray, np.ndarray]:
     """(int64 values, valid mask) of a column that may hold missing values; nanosecond
     times stay exact (no trip through float)."""
+    if isinstance(x, pd.Series) and isinstance(x.dtype, pd.Int64Dtype):  # as read: no copies
+        return x.array.to_numpy(np.int64, na_value=0), ~x.array.isna()
     s = pd.to_numeric(pd.Series(x.array if isinstance(x, pd.Series) else x), errors="coerce")
     if pd.api.types.is_float_dtype(s.dtype):
         s = s.round()
