@@ -193,9 +193,13 @@ def _pdu_spans(parts: list[data.SpanArrays], conn: str) -> tuple[np.ndarray, np.
     mine = [p for p in parts if p.conn == conn]
     if not mine or not sum(len(p.first) for p in mine):
         return None
-    start = np.concatenate([p.first for p in mine])
-    end = np.concatenate([p.last for p in mine])
-    order = np.argsort(start)
+    # the pass's own arrays when they are one connection's and in order already (a PDU's
+    # span each: 630 000 of them on 30 s of 8 KiB Data-In PDUs, each copy 5 MB)
+    start = mine[0].first if len(mine) == 1 else np.concatenate([p.first for p in mine])
+    end = mine[0].last if len(mine) == 1 else np.concatenate([p.last for p in mine])
+    if (start[1:] >= start[:-1]).all():
+        return start, end
+    order = np.argsort(start, kind="stable")  # equal starts (PDUs sharing a segment) in order
     return start[order], end[order]
 
 
