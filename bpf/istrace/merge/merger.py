@@ -133,7 +133,7 @@ def load_decoded(d: Path, ties: bool = True) -> Decoded:
         out.pdus = d / layout.PDUS
         if ties:
             # the labels as categoricals: as text, a 30 s capture's 630 000 PDUs (8 KiB
-            # Data-In) held 1.3 million strings, 80 MB, through the merge
+            # Data-In) held 1.3 million strings (28 MB more) through the merge
             out.ties = read_table(out.pdus, PDU_TIE_COLUMNS, ["conn", "dir"], by_blocks=True)
     if (d / layout.COMMANDS).is_file():
         out.commands = read_table(d / layout.COMMANDS)
@@ -480,7 +480,7 @@ def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
     tie = CommandTies(ini.ties, ini.commands, slack, index) \
         if have_cmds and ini.ties is not None and ini.commands is not None else None
     # the tie columns served these two only: let go before the segment writers are forked
-    # (30 s of 8 KiB Data-In PDUs: 630 000 rows, 50 MB, held by each of them and the join)
+    # (30 s of 8 KiB Data-In PDUs: 630 000 rows, 24 MB, held by each of them and the join)
     for h in HOSTS:
         decoded[h].ties = None
     freed.give_back()

@@ -78,7 +78,7 @@ class PduCommands:
     twice), kept as runs: PDUs numbered in a row with one command (or none) are one entry.
     A command's Data-In PDUs are numbered in a row but where another command's PDU comes
     between: with 8 KiB PDUs, a few runs a command for 512 PDUs, where a table indexed by
-    PDU number (and its hash table) was 30 MB of a 30 s capture's merge."""
+    PDU number (and its hash table) held a row per PDU through the merge."""
 
     def __init__(self, pdu: pd.Series, cmd: pd.Series) -> None:
         p = pd.to_numeric(pdu, errors="coerce").to_numpy(np.float64)
