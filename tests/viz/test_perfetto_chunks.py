@@ -70,12 +70,14 @@ def _segment_table(d: Path, host: str, ts: np.ndarray) -> None:
 @pytest.mark.parametrize("most", [2, 5, 7, 8, 9, 13, 40])
 def test_merged_instants_keep_every_probe_row_then_the_first_segments(tmp_path: Path,
                                                                       most: int) -> None:
-    """Probe and PDU rows all, then of both hosts' segments the earliest as many as fit (ties:
-    the initiator's first), in time order: what bounding the whole joined table would keep."""
-    probe = pd.DataFrame({"ts_ns_merged": np.array([30, 10, 55], np.int64),
-                          "host": ["initiator", "target", "initiator"],
-                          "layer": ["tcp", "iscsi", "block"],
-                          "event": ["tcp_probe", "SCSI Data-In", "block_rq_issue"]})
+    """Probe and PDU rows first (the earliest `most` of them when they are more: merged.parquet
+    is in time order, and none after are read), then of both hosts' segments the earliest as
+    many as fit (ties: the initiator's first), in time order: what bounding the whole joined
+    table would keep."""
+    probe = pd.DataFrame({"ts_ns_merged": np.array([10, 30, 55], np.int64),
+                          "host": ["target", "initiator", "initiator"],
+                          "layer": ["iscsi", "tcp", "block"],
+                          "event": ["SCSI Data-In", "tcp_probe", "block_rq_issue"]})
     probe.to_parquet(tmp_path / layout.MERGED)
     seg = {"initiator": np.array([1, 7, 7, 20, 41, 60], np.int64),
            "target": np.array([3, 7, 8, 21, 22, 90, 91], np.int64)}
@@ -84,7 +86,7 @@ def test_merged_instants_keep_every_probe_row_then_the_first_segments(tmp_path: 
     cap = SimpleNamespace(dir=tmp_path, merged_columns=list(probe.columns))
     got = merged_instants(cap, most=most)
 
-    rows = [(int(t), h, la, e) for t, h, la, e in probe.itertuples(index=False)]
+    rows = [(int(t), h, la, e) for t, h, la, e in probe.itertuples(index=False)][:most]
     net = sorted(((int(t), i, h) for i, h in enumerate(seg) for t in seg[h]))
     rows += [(t, h, "net", "segment") for t, _, h in net[:max(most - len(probe), 0)]]
     want = sorted(rows, key=lambda r: r[0])  # stable: probe rows before segments at a tie

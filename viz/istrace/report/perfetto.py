@@ -144,10 +144,10 @@ def pdu_instants(pdus: Mapping[str, pd.DataFrame], offset_ns: int = 0) -> pd.Dat
 
 
 def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
-    """The merged trace's rows on the initiator clock: every probe event and PDU, then the
-    TCP segments from the start as many as `most` leaves room for (read no further: a
-    full-rate capture has tens of millions); without merged.parquet, the decoded PDUs and
-    the raw probe events."""
+    """The merged trace's rows on the initiator clock: its probe events and PDUs (the first
+    `most` of them: the file is in time order), then the TCP segments from the start as many
+    as `most` leaves room for (read no further: a full-rate capture has tens of millions);
+    without merged.parquet, the decoded PDUs and the raw probe events."""
     parts = []
     if "ts_ns_merged" in cap.merged_columns:
         # a row group at a time (a minute's 430 000 rows read whole left 13 MB of this
