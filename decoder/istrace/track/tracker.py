@@ -95,6 +95,14 @@ def _joined(a: TrackTable, b: TrackTable, columns: list[str]) -> TrackTable:
     raise ValueError("states and events written to a file join only through their writer")
 
 
+def _joined_all(tables: list[TrackTable], columns: list[str]) -> TrackTable:
+    """Tables held in memory as one (none: an empty one)."""
+    frames = [t.df for t in tables if isinstance(t, FrameTable) and not t.empty]
+    if not frames:
+        return FrameTable(columns)
+    return FrameTable(columns, concat_labelled(frames, columns))
+
+
 def _states(rows: list[tuple[object, ...]]) -> FrameTable:
     """CA-state intervals as a table, the labels categorical as the events' (and as a
     written table reads back)."""
@@ -374,8 +382,9 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
     take(*tr.finish())
     del tr
     freed.give_back()  # the slices' temporaries, before the whole columns are made
-    for got in found:
-        res.extend(got)
+    if found:  # joined once (a join a slice was a copy of the whole table a slice)
+        res.states = _joined_all([f.states for f in found], STATE_COLUMNS)
+        res.events = _joined_all([f.events for f in found], EVENT_COLUMNS)
     if parts:
         cols = {}
         for k in list(parts[0]):
