@@ -62,8 +62,8 @@ class TrackResult:
                                                         SAMPLE_COLUMNS))
         else:
             raise ValueError("samples written to a file join only through their writer")
-        self.states = _joined(self.states, other.states, STATE_COLUMNS)
-        self.events = _joined(self.events, other.events, EVENT_COLUMNS)
+        self.states = _joined([self.states, other.states], STATE_COLUMNS)
+        self.events = _joined([self.events, other.events], EVENT_COLUMNS)
         self.notes += other.notes
 
 
@@ -85,21 +85,15 @@ class TrackSink:
         return part
 
 
-def _joined(a: TrackTable, b: TrackTable, columns: list[str]) -> TrackTable:
-    if b.empty:
-        return a
-    if a.empty:
-        return b
-    if isinstance(a, FrameTable) and isinstance(b, FrameTable):
-        return FrameTable(columns, concat_labelled([a.df, b.df], columns))
-    raise ValueError("states and events written to a file join only through their writer")
-
-
-def _joined_all(tables: list[TrackTable], columns: list[str]) -> TrackTable:
-    """Tables held in memory as one (none: an empty one)."""
-    frames = [t.df for t in tables if isinstance(t, FrameTable) and not t.empty]
-    if not frames:
-        return FrameTable(columns)
+def _joined(tables: list[TrackTable], columns: list[str]) -> TrackTable:
+    """The tables as one: a lone non-empty one as it is (a file's too), several held in
+    memory joined once (none: an empty one)."""
+    full = [t for t in tables if not t.empty]
+    if len(full) <= 1:
+        return full[0] if full else FrameTable(columns)
+    frames = [t.df for t in full if isinstance(t, FrameTable)]
+    if len(frames) < len(full):
+        raise ValueError("states and events written to a file join only through their writer")
     return FrameTable(columns, concat_labelled(frames, columns))
 
 
@@ -383,8 +377,8 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
     del tr
     freed.give_back()  # the slices' temporaries, before the whole columns are made
     if found:  # joined once (a join a slice was a copy of the whole table a slice)
-        res.states = _joined_all([f.states for f in found], STATE_COLUMNS)
-        res.events = _joined_all([f.events for f in found], EVENT_COLUMNS)
+        res.states = _joined([f.states for f in found], STATE_COLUMNS)
+        res.events = _joined([f.events for f in found], EVENT_COLUMNS)
     if parts:
         cols = {}
         for k in list(parts[0]):

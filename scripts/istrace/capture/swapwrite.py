@@ -23,6 +23,7 @@ class SwapWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = path.with_name(f".{path.name}.tmp")
         self.writer = pq.ParquetWriter(self._tmp, schema, **options)
+        self.pending = Gathered()  # small parts not yet written as a row group
         self.done = False
 
     def swap(self) -> None:
@@ -32,6 +33,7 @@ class SwapWriter:
             self.done = True
 
     def abandon(self) -> None:
+        self.pending.take()
         if not self.done:
             self.writer.close()
             self._tmp.unlink(missing_ok=True)

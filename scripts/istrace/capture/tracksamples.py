@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture import orderstat
 from istrace.capture.labels import concat_labelled
-from istrace.capture.swapwrite import Gathered, SwapWriter
+from istrace.capture.swapwrite import SwapWriter
 
 LABELS = ["conn", "dir", "host", "source"]
 NUMBERS = ["cwnd", "ssthresh", "srtt_us", "rtt_us", "inflight_pkts", "inflight_bytes", "rwnd",
@@ -250,7 +250,6 @@ class SampleWriter(SwapWriter):
         super().__init__(path, SCHEMA, compression="lz4", use_dictionary=[*LABELS, "ca_state"],
                          write_statistics=["ts_ns", *LABELS, "ca_state"])
         self.groups: list[tuple[Key, int]] = []
-        self._pending = Gathered()  # one series' small chunks, not yet written
         self._pending_key: Key | None = None
 
     def write(self, key: Key, cols: dict[str, object]) -> None:
@@ -274,9 +273,9 @@ class SampleWriter(SwapWriter):
                 self._flush()
                 self._put(key, t)
             else:
-                self._pending.add(t)
+                self.pending.add(t)
                 self._pending_key = key
-                if self._pending.rows >= MIN_GROUP_ROWS:
+                if self.pending.rows >= MIN_GROUP_ROWS:
                     self._flush()
 
     def _put(self, key: Key, t: pa.Table) -> None:
@@ -284,7 +283,7 @@ class SampleWriter(SwapWriter):
         self.groups.append((key, t.num_rows))
 
     def _flush(self) -> None:
-        t = self._pending.take()
+        t = self.pending.take()
         if t is not None and self._pending_key is not None:
             self._put(self._pending_key, t)
         self._pending_key = None
@@ -301,10 +300,6 @@ class SampleWriter(SwapWriter):
             self._flush()
         self.swap()
         return FileSamples(self.path, self.groups)
-
-    def abandon(self) -> None:
-        self._pending.take()
-        super().abandon()
 
 
 def _label(value: str | None, n: int) -> pa.Array:

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from istrace.capture.labels import concat_labelled
-from istrace.capture.swapwrite import Gathered, SwapWriter
+from istrace.capture.swapwrite import SwapWriter
 
 STATE_COLUMNS = ["conn", "dir", "host", "source", "state", "start_ns", "end_ns"]
 EVENT_COLUMNS = ["ts_ns", "conn", "dir", "host", "source", "kind", "seq", "bytes", "cmd", "note"]
@@ -148,7 +148,6 @@ class TableWriter(SwapWriter):
         super().__init__(path, self._schema, compression="lz4", use_dictionary=labels,
                          write_statistics=labels)
         self.rows = 0
-        self._pending = Gathered()  # under GROUP_ROWS rows, not yet written
 
     def write(self, df: pd.DataFrame | TrackTable) -> None:
         """Rows of the table's columns (a missing one: all missing), in any dtypes a label
@@ -161,22 +160,22 @@ class TableWriter(SwapWriter):
             part = df.iloc[a:a + GROUP_ROWS]
             arrays = [_array(part[c] if c in part.columns else None, f.type, len(part))
                       for c, f in zip(self.columns, self._schema, strict=True)]
-            self._pending.add(pa.Table.from_arrays(arrays, schema=self._schema))
+            self.pending.add(pa.Table.from_arrays(arrays, schema=self._schema))
             self.rows += len(part)
-            if self._pending.rows >= GROUP_ROWS:
+            if self.pending.rows >= GROUP_ROWS:
                 self._flush(whole_groups=True)
 
     def _flush(self, whole_groups: bool) -> None:
         """The rows gathered, written as row groups of GROUP_ROWS (`whole_groups`: the rest
         of a group kept for the next frames)."""
-        t = self._pending.take()
+        t = self.pending.take()
         if t is None:
             return
         n = len(t) if not whole_groups else len(t) // GROUP_ROWS * GROUP_ROWS
         if n:
             self.writer.write_table(t.slice(0, n), row_group_size=GROUP_ROWS)
         if n < len(t):
-            self._pending.add(t.slice(n))
+            self.pending.add(t.slice(n))
 
     def close(self) -> FileTable:
         if not self.done:
@@ -185,10 +184,6 @@ class TableWriter(SwapWriter):
                 self.writer.write_table(self._schema.empty_table())
         self.swap()
         return FileTable(self.path, self.columns, self.rows)
-
-    def abandon(self) -> None:
-        self._pending.take()
-        super().abandon()
 
 
 def _array(col: pd.Series | None, kind: pa.DataType, n: int) -> pa.Array:
