@@ -452,6 +452,14 @@ def loss_commands(res: TrackResult) -> pd.DataFrame:
             .reset_index())
 
 
+def retransmit_count(res: TrackResult, d: str | None = None) -> int:
+    """Retransmissions (of direction `d`; None: both): exact and estimated marks describe
+    the same ones, so one source is counted, the pcap's when it has any."""
+    src = res.events.read(["source"], kind="retransmit", dir=d)["source"]
+    estimated = int((src == "estimated").sum())
+    return estimated if estimated else len(src)
+
+
 _STATE_KEYS = ["conn", "dir", "state", "source"]
 
 

@@ -185,10 +185,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         st = track.state_time(cap.track)
         st = st[st["state"] != "Open"]
         out["states"] = st
-        src = cap.track.events.read(["source"], kind="retransmit")["source"]
-        # Exact and estimated marks describe the same retransmissions: count one source.
-        estimated = int((src == "estimated").sum())
-        out["retransmits"] = estimated if estimated else len(src)
+        out["retransmits"] = track.retransmit_count(cap.track)
         for r in st.itertuples():
             say(f"TCP {r.state} ({r.source}, {r.dir}): {r.intervals} episodes, "
                 f"{r.total_ns / 1e6:.2f} ms in total.")

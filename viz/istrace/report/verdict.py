@@ -21,6 +21,7 @@ from istrace.plot.render import data_dir, data_spans, sender_segs
 from istrace.report import accounting
 from istrace.report.advice import what_would_help
 from istrace.system import freed
+from istrace.track import tracker as track
 from istrace.track.echo_rtt import echo_rtt_ms
 
 SCHEMA = 1
@@ -155,12 +156,7 @@ def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
 
 
 def _retransmits(cap: Capture, d: str) -> int:
-    if cap.track is None:
-        return 0
-    src = cap.track.events.read(["source"], kind="retransmit", dir=d)["source"]
-    # Exact and estimated marks describe the same retransmissions: count one source.
-    estimated = int((src == "estimated").sum())
-    return estimated if estimated else len(src)
+    return 0 if cap.track is None else track.retransmit_count(cap.track, d)
 
 
 def _loss_states(cap: Capture, d: str, conn: str) -> pd.DataFrame | None:
