@@ -36,7 +36,9 @@ lint: $(DEPS_STAMP)
 test-c: build
 	@for p in $(PARTS); do if [ -f $$p/Makefile ]; then $(MAKE) --no-print-directory -C $$p test || exit 1; fi; done
 
-test-py: install
+# Tests run this tree's sources and binaries in place (pytest's pythonpath, paths.binary), so
+# `make test` in a clone never re-points the installed `istrace` command at that clone.
+test-py: build
 	$(PYTHON) -m pytest -q tests
 
 test: lint test-c test-py
