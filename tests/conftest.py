@@ -1,12 +1,17 @@
-"""Fixtures every test directory shares."""
+"""Fixtures every test directory shares. Helper modules two or more test folders import
+(synth: a synthetic capture of known truth; core_helpers: small decoder captures) sit beside
+this file, and this folder is on the import path for all of them."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ acknowledged, the segments not yet acknowledged (Karn's rule, retransmission det
 last ACK and its duplicate run, the smoothed RTT, the trailing window of the delivery rate and
 the open loss episode. All of it is bounded by what is in flight, not by the capture's length,
 so tracking a minute of full-rate traffic takes a slice's memory, and any slicing yields the
-same rows as one slice (tests/viz/test_track_slices.py). A slice's marks and the Disorder
+same rows as one slice (tests/track/test_track_slices.py). A slice's marks and the Disorder
 intervals it decides are handed on after it (`found`); what waits for the direction's end is
 a row per loss episode, whose kind needs the median RTT (a fixed-size histogram).
 
@@ -43,7 +43,7 @@ def rate_window(span_ns: int) -> int:
 # this many rows, not every row of the window (a second of a full-rate stream's rows, 0.5 M,
 # whose copies were 10 MB of the tracking's peak on a minute's capture). The window's start
 # moves later by less than a step (a thousandth of the window): on a steady stream the rate
-# changes by that share of its bytes (tests/viz/test_rate_window); where a burst of ACKs
+# changes by that share of its bytes (tests/track/test_rate_window); where a burst of ACKs
 # leaves the window, the rate's step comes up to a step's time earlier (a 20 s full-rate
 # capture: a third of the rates changed, by 1.7% at the 99th percentile).
 RATE_GRID_STEPS = 1024

@@ -4,7 +4,7 @@ Each scenario sets the testbed and the workload so that one cause (or two, where
 the transfer, runs the real `istrace capture` and `istrace report` on it, then reports a copy
 with the probe events and host samples taken away ("without probes": pcaps and meta.json
 only). `istrace reproduce scenarios` writes scenarios.csv and, with --table, the markdown table
-of docs/verdict-scenarios.md; tests/verdict/ asserts it.
+of docs/verdict-scenarios.md; tests/report/test_scenarios.py asserts it.
 
 The parameters keep this 2-core machine's CPUs out of the way (both ends and the user-space
 path emulator share them: a full-speed transfer makes the CPU the cause of everything), and

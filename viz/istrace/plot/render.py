@@ -102,7 +102,7 @@ def one_way_ns(cap: Capture) -> int | None:
 # one-way delay, a burst begun before the window, still reach into it. The margin is the
 # window's length, or ten one-way delays when longer, at most LADDER_PAD_NS (when the delay
 # is not known, that): a command shown has a PDU inside the window at one end or the other,
-# so any margin above the delay shows the same rows (tests/viz/test_plot_data.py), and 2 s
+# so any margin above the delay shows the same rows (tests/plot/test_plot_data.py), and 2 s
 # either side of a full-rate capture's window of 8 KiB Data-In PDUs were 45 MB of the
 # drawing process, for 20 arrows.
 LADDER_PAD_NS = 2_000_000_000

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from istrace.synth import pcapwriter as pw
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / "decoder" / "istrace-decode"
 
 
