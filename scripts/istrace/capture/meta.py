@@ -86,6 +86,23 @@ def read_meta(d: Path) -> dict[str, Any]:
     return meta
 
 
+def ended_early(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """Why the capture stopped before its workload ended (meta.json `ended_early`: `reason`,
+    e.g. "disk", and for a disk stop `free_bytes` and `at_s`, seconds after the start), or
+    None when it ran to the end. A malformed entry still says the capture ended early."""
+    early = meta.get("ended_early")
+    if early is None or early is False:
+        return None
+    if not isinstance(early, dict):
+        return {"reason": str(early)}
+    out = dict(early)
+    out["reason"] = str(early.get("reason") or "unknown")
+    for key in ("free_bytes", "reserve_bytes", "at_s"):
+        if not isinstance(out.get(key), int | float) or isinstance(out.get(key), bool):
+            out.pop(key, None)
+    return out
+
+
 def write_meta(d: Path, meta: dict[str, Any]) -> None:
     """Write a capture directory's meta.json whole (a temporary file renamed into place), so a
     capture killed mid-write still leaves the previous complete one."""

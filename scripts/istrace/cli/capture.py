@@ -24,6 +24,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--replace", action="store_true",
                     help="when --out holds an earlier capture, remove it and everything derived "
                          "from it first (without, the capture refuses to start)")
+    ap.add_argument("--ignore-free-space", action="store_true",
+                    help="start even when --out's disk has less free space than the capture "
+                         "is expected to write (it still stops, early, before the disk is "
+                         "full; exit code 4)")
     ap.add_argument("--snaplen", type=int, default=0, help="bytes per packet (0 = all)")
     ap.add_argument("--filter", default="", help="pcap filter (default: everything)")
     ap.add_argument("--buffer-kib", type=int, default=run.BUFFER_KIB,

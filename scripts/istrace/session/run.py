@@ -7,6 +7,8 @@ initiator end and the target end, the BPF probes on both ends when they are buil
 workload in the initiator namespace, then stops probes and captures in that order and writes
 DIR/meta.json. A capture that lost packets says so loudly. With --initiator-host/--target-host
 the same runs on two real machines over ssh and the files are fetched back into DIR.
+It starts only when DIR's disk has room for what it is expected to write, and on a testbed
+stops the same way, early, before that disk is full (istrace.session.diskspace).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from istrace.capture import layout
 from istrace.capture import meta as capture_meta
+from istrace.session import diskspace
 from istrace.session.hosts import Host
 from istrace.session.sampler import Sampler
 from istrace.system import paths
@@ -31,6 +34,8 @@ from istrace.testbed import namespaces as testbed
 from istrace.testbed import state as testbed_state
 
 BUFFER_KIB = 524288  # tcpdump -B: the default buffer drops about half of a bulk read
+POLL_S = 0.1  # free space polled this often while the workload runs
+ENDED_EARLY = 4  # exit code of a capture stopped before its disk was full
 
 
 class CaptureError(RuntimeError):
@@ -104,6 +109,7 @@ class Session:
         self.probes: dict[str, Any] = {}
         self.workload: subprocess.Popen[bytes] | None = None
         self.sampler: Sampler | None = None
+        self.watch: diskspace.Watch | None = None  # set on a testbed: its disk is this one
         self.meta: dict[str, Any] = {"status": "starting", "out": str(self.out)}
 
     # ---- meta.json, rewritten at every step so a killed capture still leaves one --------------
@@ -308,20 +314,44 @@ class Session:
         if self.tb is not None:
             self.tb.record_pid(self.workload.pid, "workload")
         t0 = time.monotonic()
-        try:
-            rc = self.workload.wait(timeout=a.timeout)
-        except subprocess.TimeoutExpired:
-            _log(f"workload still running after {a.timeout} s: stopping it")
-            self.stop_workload()
-            rc = 124
+        rc = self._wait_workload(t0 + a.timeout)
         self.meta["workload"].update(returncode=rc, seconds=round(time.monotonic() - t0, 3))
         return rc
 
-    def stop_workload(self) -> None:
+    def _wait_workload(self, deadline: float) -> int:
+        """The workload's exit code; it is stopped at --timeout (124), or when the free space
+        falls under the reserve (its own code, and meta.json's ended_early says why)."""
+        assert self.workload is not None
+        while True:
+            try:
+                return self.workload.wait(timeout=max(0.0, min(POLL_S,
+                                                               deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
+            free = self.watch.low() if self.watch is not None else None
+            if free is not None:
+                assert self.watch is not None
+                at_s = round((time.time_ns() - self.meta["started_ns"]) / 1e9, 3)
+                self.meta["ended_early"] = {"reason": "disk", "free_bytes": free,
+                                            "reserve_bytes": self.watch.reserve_bytes,
+                                            "at_s": at_s, "dir": str(self.out)}
+                _log(f"{self.out}: {diskspace.size(free)} free, under the "
+                     f"{diskspace.size(self.watch.reserve_bytes)} kept for a clean stop: "
+                     "stopping the workload")
+                self.stop_workload(waits=(0.5, 0.5, 1))
+                return self.workload.wait()
+            if time.monotonic() >= deadline:
+                _log(f"workload still running after {self.a.timeout} s: stopping it")
+                self.stop_workload()
+                return 124
+
+    def stop_workload(self, waits: tuple[float, float, float] = (5, 3, 3)) -> None:
+        """SIGINT, then SIGTERM, then SIGKILL, each given its wait to end the workload."""
         w = self.workload
         if w is None or w.poll() is not None:
             return
-        for sig, wait in ((signal.SIGINT, 5), (signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+        for sig, wait in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits,
+                             strict=True):
             try:
                 os.killpg(w.pid, sig)
             except ProcessLookupError:
@@ -477,6 +507,15 @@ def run(a: Any, argv: list[str]) -> int:
         return 2
     if removed:
         _log(f"{out}: the earlier capture's {removed} files and folders removed (--replace)")
+    need = diskspace.budget(_path_config(a), a.snaplen, a.workload, a.timeout)
+    free = diskspace.free_bytes(out)
+    short = free < need.need_bytes
+    if short and not getattr(a, "ignore_free_space", False):
+        print(f"istrace capture: {diskspace.refusal(out, need, free)}", file=sys.stderr)
+        return 2
+    if short:
+        _log(f"{diskspace.size(free)} free for about {diskspace.size(need.need_bytes)}: "
+             "starting anyway (--ignore-free-space), to stop before the disk is full")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -485,7 +524,9 @@ def run(a: Any, argv: list[str]) -> int:
     s = Session(a)
     s.meta.update(started_ns=time.time_ns(), argv=["istrace", "capture", *argv],
                   host=capture_meta.host_info(), tools=capture_meta.tool_versions(),
-                  clock_start=capture_meta.clock_info())
+                  clock_start=capture_meta.clock_info(),
+                  disk={**need.describe(),
+                        "free_bytes_at_start": free, "started_anyway": short})
     old_term = signal.signal(signal.SIGTERM, _on_signal)
     rc = 1
     try:
@@ -497,14 +538,20 @@ def run(a: Any, argv: list[str]) -> int:
         gen_used = shlex.split(a.workload)[:1] == ["gen"]
         s.start_probes(gen_used)
         s.start_sampler()
+        if s.tb is not None:  # real hosts write on their own disks, fetched at the end
+            s.watch = diskspace.Watch(s.out, need.reserve_bytes)
         s.save_meta()
         wrc = s.run_workload()
-        time.sleep(a.settle + sum(s.tb.cfg.one_way()) / 1000 if s.tb else a.settle)
-        if s.tb is not None and not s.tb.wait_iscsi_closed(5):
-            _log("an iSCSI connection is still open 5 s after the workload: its last "
-                 "packets may be missing from the capture")
-        s.meta["status"] = "ok" if wrc == 0 else "workload_failed"
-        rc = 0 if wrc == 0 else 3
+        if "ended_early" in s.meta:  # no settling: the disk has no room for it
+            s.meta["status"] = "ended_early"
+            rc = ENDED_EARLY
+        else:
+            time.sleep(a.settle + sum(s.tb.cfg.one_way()) / 1000 if s.tb else a.settle)
+            if s.tb is not None and not s.tb.wait_iscsi_closed(5):
+                _log("an iSCSI connection is still open 5 s after the workload: its last "
+                     "packets may be missing from the capture")
+            s.meta["status"] = "ok" if wrc == 0 else "workload_failed"
+            rc = 0 if wrc == 0 else 3
     except (KeyboardInterrupt, Interrupted) as exc:
         _log(f"interrupted ({exc or 'SIGINT'}): stopping in order")
         s.meta["status"] = "interrupted"
@@ -528,7 +575,26 @@ def run(a: Any, argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, old_term)
     print(f"capture {s.meta['status']}: {out}")
     _summary(s.meta)
+    early = s.meta.get("ended_early")
+    if early:
+        print(f"istrace capture: ended early at {early['at_s']:g} s: {out} had "
+              f"{diskspace.size(early['free_bytes'])} free, under the "
+              f"{diskspace.size(early['reserve_bytes'])} kept for a clean stop; the pcaps "
+              "are whole up to then (meta.json ended_early): free space or capture less",
+              file=sys.stderr)
     return rc
+
+
+def _path_config(a: Any) -> dict[str, Any]:
+    """The path settings the capture will run on: the running testbed's, else those given
+    (real hosts: none known)."""
+    if getattr(a, "initiator_host", None) or getattr(a, "target_host", None):
+        return {}
+    state = testbed_state.load(a.name)
+    if state is not None and state.get("ready") and testbed_state.alive(state):
+        return dict(state.get("config") or {})
+    return {"rate_mbit": getattr(a, "rate", 0), "nic_rate_mbit": getattr(a, "nic_rate", 0),
+            "mtu": getattr(a, "mtu", 0)}
 
 
 __all__ = ["run", "build_workload", "workload_env"]
