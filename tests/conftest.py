@@ -4,6 +4,7 @@ this file, and this folder is on the import path for all of them."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -12,6 +13,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# Subprocesses (`python -m istrace.cli.main`, the testbed's helpers) run this tree's sources,
+# never an installed copy: `make test` does not install, and a fresh machine has none.
+_REPO = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(_REPO / p) for p in ("scripts", "bpf", "decoder", "viz")]
+    + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
 @pytest.fixture(scope="module")
