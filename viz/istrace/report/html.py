@@ -34,7 +34,7 @@ from istrace.track.of_capture import track_to_file
 
 def _img(path: Path) -> str:
     b64 = base64.b64encode(path.read_bytes()).decode()
-    return f'<img src="data:image/png;base64,{b64}" style="max-width:100%">'
+    return f'<img alt="{path.stem}" src="data:image/png;base64,{b64}" style="max-width:100%">'
 
 
 CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
