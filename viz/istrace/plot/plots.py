@@ -284,7 +284,7 @@ def cwnd(samples: SamplesLike, states: pd.DataFrame | TrackTable,
         # Thousands of short episodes: join those closer than a pixel, draw one collection.
         a, b, _ = _merge_spans(_ms(g["start_ns"], t0), _ms(g["end_ns"], t0),
                                np.zeros(len(g)), px)
-        w = np.maximum(b - a, px)
+        w = np.maximum(b - a, 5 * px)  # a millisecond's episode of a minute: still seen
         ax.broken_barh(list(zip(a, w, strict=True)), (0, 1), transform=ax.get_xaxis_transform(),
                        color=c, alpha=0.5, lw=0,
                        label=f"{state} ({', '.join(sorted(set(g['source'])))}; {len(g)}x)")
@@ -400,7 +400,10 @@ def throughput_plot(series: dict[str, pd.DataFrame], title: str = "Throughput") 
     t0 = min(int(v["t_ns"].min()) for v in have.values())
     fig, ax = plt.subplots(figsize=(10, 4))
     for label, v in have.items():
-        ax.step(_ms(v["t_ns"], t0), v["MBps"], where="post", label=label)
+        # one direction seen at both ends draws twice on one line: the target's dashed, so
+        # the initiator's shows through and each legend entry has a line to match
+        ax.step(_ms(v["t_ns"], t0), v["MBps"], where="post", label=label,
+                ls="--" if label.endswith("at target") else "-")
     ax.set_xlabel("time [ms]")
     ax.set_ylabel("throughput [MB/s]")
     ax.set_ylim(bottom=0)
