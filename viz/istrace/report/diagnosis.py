@@ -19,7 +19,7 @@ from istrace.report import verdict
 from istrace.track import tracker as track
 
 
-def _fmt_bytes(n: float | None) -> str:
+def fmt_bytes(n: float | None) -> str:
     if n is None or pd.isna(n):
         return "?"
     return data.human_size(n)
@@ -99,7 +99,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
                       ("scsi_command", "SCSI command (PDU block size)")):
         v = sizes.get(key)
         if v:
-            parts.append(f"{name} {_fmt_bytes(v['typical'])} (x{v['count']})")
+            parts.append(f"{name} {fmt_bytes(v['typical'])} (x{v['count']})")
         else:
             parts.append(f"{name} unknown")
     msg = "Sizes: " + " -> ".join(parts) + "."
@@ -111,13 +111,13 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         split = split_cause(cap.meta, bl["max"])
         out["split"] = {"read_bytes": sc["typical"], "request_bytes": bl["typical"],
                         "requests_per_read": sc["typical"] / bl["typical"], "cause": split}
-        msg += (f" One {_fmt_bytes(sc['typical'])} read became "
+        msg += (f" One {fmt_bytes(sc['typical'])} read became "
                 f"{sc['typical'] / bl['typical']:.0f} block requests of "
-                f"{_fmt_bytes(bl['typical'])}: {split}.")
+                f"{fmt_bytes(bl['typical'])}: {split}.")
     elif sc and pb and pb["typical"] and sc["typical"] > pb["typical"]:
-        msg += (f" Each {_fmt_bytes(sc['typical'])} read() is cut into "
+        msg += (f" Each {fmt_bytes(sc['typical'])} read() is cut into "
                 f"{sc['typical'] / pb['typical']:.0f} SCSI commands of "
-                f"{_fmt_bytes(pb['typical'])}: every one pays the round trip.")
+                f"{fmt_bytes(pb['typical'])}: every one pays the round trip.")
     say(msg)
 
     # A kernel initiator's limits (queue_depth, can_queue) act in its SCSI midlayer, where a
@@ -174,7 +174,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         say(idle_sentence(out, d))
         if not np.isnan(model):
             say(f"The study's model, PDU / (4 x one-way delay + PDU / throughput) busy, "
-                f"predicts {model * 100:.1f}% idle for PDU {_fmt_bytes(pdu)}, one-way delay "
+                f"predicts {model * 100:.1f}% idle for PDU {fmt_bytes(pdu)}, one-way delay "
                 f"{owd * 1e3:.3f} ms ({out['delay_source']}), throughput {rate / 1e6:.1f} MB/s "
                 f"({out['rate_source']}).")
         else:

@@ -9,7 +9,7 @@ import html
 from typing import Any
 
 from istrace.capture.meta import one_way_ms
-from istrace.plot.data import human_size
+from istrace.report.diagnosis import fmt_bytes
 from istrace.report.verdict import cause_words
 
 e = html.escape
@@ -52,7 +52,7 @@ def headline(meta: dict[str, Any], v: dict[str, Any]) -> str:
         parts.append(f"<b>{mbps:.1f} MB/s</b> of {what} data".replace("  ", " ")
                      + (f" over {span:.1f} s" if isinstance(span, int | float) else ""))
     if isinstance(ev.get("command_bytes"), int | float):
-        parts.append(f"{e(human_size(ev['command_bytes']))} commands")
+        parts.append(f"{e(fmt_bytes(ev['command_bytes']))} commands")
     if isinstance(ev.get("outstanding_max"), int):
         parts.append(f"at most {ev['outstanding_max']} outstanding")
     owd = one_way_ms(meta)
