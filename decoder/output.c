@@ -843,7 +843,9 @@ static void sizes_block(FILE *f, const char *what, struct sizes *s)
 
 static void summary(struct out *o, const struct decode_stats *st)
 {
-	FILE *f = stdout;
+	/* stdout carrying JSON lines or the segments table stays only that: the text to stderr */
+	int to_stderr = o->o.json || (o->o.segments_path && !strcmp(o->o.segments_path, "-"));
+	FILE *f = to_stderr ? stderr : stdout;
 	double dur = st->last_ts > st->first_ts ? (st->last_ts - st->first_ts) / 1e9 : 0;
 	fprintf(f, "== istrace decode summary%s%s ==\n", o->o.input_name ? ": " : "",
 		o->o.input_name ? o->o.input_name : "");

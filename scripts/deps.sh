@@ -9,6 +9,7 @@ APT_PACKAGES=(
   systemtap-sdt-dev libclang-rt-14-dev afl++ valgrind
   tcpdump tshark tgt libiscsi-bin libiscsi-dev
   iproute2 ethtool iputils-ping iperf3 psmisc procps jq time
+  chromium
 )
 HERE=$(cd "$(dirname "$0")" && pwd)
 

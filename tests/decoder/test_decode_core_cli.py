@@ -107,6 +107,16 @@ def test_text_verbose_and_summary(session: Path) -> None:
     assert "SCSI Data-In" in s and "p50" in s
 
 
+def test_summary_with_json_keeps_stdout_json(session: Path) -> None:
+    """--summary --json: stdout is JSON lines only (a reader parses every line), the summary
+    goes to stderr."""
+    r = run("--summary", "--json", str(session))
+    assert r.returncode == 0
+    rows = [json.loads(x) for x in r.stdout.decode().splitlines()]
+    assert rows == [json.loads(x) for x in run("--json", str(session)).stdout.splitlines()]
+    assert "READ: 2 commands; most common size 32768 bytes" in r.stderr.decode()
+
+
 def test_inputs_gzip_pcapng_stdin(session: Path, tmp_path: Path) -> None:
     base = run("--json", str(session)).stdout
     gz = write_session(tmp_path / "s.pcap.gz", gz=True)

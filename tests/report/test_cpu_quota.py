@@ -57,7 +57,7 @@ def test_ticks_near_the_cap_make_the_verdict_unsure(tmp_path):
     sat = accounting.cpu_saturation(cap)
     assert 0.8 < sat["target"] < accounting.CPU_SATURATED
     why = verdict.cpu_near("target_service", sat)
-    assert why and "host_cpu_target" in why
+    assert why and verdict.cause_words("host_cpu_target") in why  # in words, not its id
     assert verdict.cpu_near("tcp_rwnd", sat) is None
 
 

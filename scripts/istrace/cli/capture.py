@@ -13,7 +13,7 @@ from istrace.session import run
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="istrace capture",
-                                 description="run a workload and capture both ends")
+                                 description="Run a workload and capture both ends.")
     add_path_args(ap)
     ap.set_defaults(name="cap")
     ap.add_argument("--workload", required=True,

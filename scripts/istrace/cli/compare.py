@@ -12,7 +12,8 @@ from istrace.report.compare import summarize, text_table, write_html
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="istrace compare", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="istrace compare",
+                                 description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("dirs", nargs="+", help="capture directories (the first is the baseline)")
     ap.add_argument("--html", help="HTML page to write (default: compare.html in the current "
                                    "directory)", default="compare.html")

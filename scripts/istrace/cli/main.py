@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from istrace.cli import VERSION
 from istrace.system import freed
 
 # name -> (module, one-line help)
@@ -19,7 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("istrace.cli.merge", "merge both hosts' event streams onto one clock"),
     "probe": ("istrace.cli.probe", "attach the BPF probes and stream events"),
     "track": ("istrace.cli.track", "TCP cwnd/congestion-state time series"),
-    "plot": ("istrace.cli.plot", "ladder, tcptrace, cwnd, cross-layer timeline plots"),
+    "plot": ("istrace.cli.plot", "ladder, tcpseq (tcptrace style), cwnd, cross-layer timeline, "
+             "... plots"),
     "gen": ("istrace.cli.gen", "pseudo-initiator: iSCSI READs/WRITEs of any size"),
     "report": ("istrace.cli.report", "diagnosis report (HTML with embedded plots)"),
     "compare": ("istrace.cli.compare", "captures side by side: throughput, latency, verdict, "
@@ -29,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _usage() -> str:
-    lines = ["usage: istrace SUBCOMMAND [args...]", "", "subcommands:"]
+    lines = ["usage: istrace SUBCOMMAND [args...] | --version", "", "subcommands:"]
     lines += [f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items()]
     lines += ["", "`istrace SUBCOMMAND --help` for each one's options."]
     return "\n".join(lines)
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0 if args else 2
+    if args[0] == "--version":
+        print(f"istrace {VERSION}")
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(f"istrace: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)

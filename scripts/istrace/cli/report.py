@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         return 2
     for w in diag["warnings"]:
         print(f"WARNING: {w}", file=sys.stderr)
-    for f in diag["findings"]:
+    for f in diag["verdict_lines"] + diag["findings"]:
         print(f"- {f}")
     for m in diag["missing"]:
         print(f"missing: {m}")

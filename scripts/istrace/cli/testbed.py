@@ -165,9 +165,10 @@ def main(argv: list[str]) -> int:
         from istrace.testbed import vm as vmtestbed
         return vmtestbed.main([x for x in argv if x != "--kernel"])
     ap = argparse.ArgumentParser(prog="istrace testbed",
-                                 description="bring the namespace testbed up or down",
-                                 epilog="add --kernel for the full-kernel VM testbed "
-                                 "(open-iscsi + LIO + netem under QEMU): see docs/vm-testbed.md")
+                                 description="Bring the namespace testbed up or down.",
+                                 epilog="Add --kernel for the full-kernel VM testbed "
+                                 "(open-iscsi + LIO + netem under QEMU): see "
+                                 "docs/vm-testbed.md.")
     sub = ap.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="bring a testbed up and leave it running")
     add_path_args(up)

@@ -82,6 +82,7 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
     span_ms = max((w1 - w0) / 1e6, 1e-3)
     fig, ax = plt.subplots(figsize=(8.5, min(3 + 0.32 * len(sel), 14)))
     xi, xt = 0.0, 1.0
+    arrow_labels: list[tuple[Any, list[tuple[float, float]]]] = []
     for r in sel.itertuples():
         i2t = r.dir == "i2t"
         xs, xr = (xi, xt) if i2t else (xt, xi)
@@ -99,9 +100,13 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
                     arrowprops={"arrowstyle": "->", "color": color, "lw": 1.4,
                                 "linestyle": style})
         ym = (ys + max(yr, ye_r)) / 2 if r.pdus > 1 else (ys + yr) / 2
-        ax.text(0.5, ym, r.label, ha="center", va="bottom", fontsize=8, color=color,
-                clip_on=True,
-                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7})
+        t = ax.text(0.5, ym, r.label, ha="center", va="bottom", fontsize=8, color=color,
+                    clip_on=True,
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7})
+        # elsewhere along its arrow when the middle is taken (a burst's band: its middle only)
+        on_arrow = [(x, ys + (yr - ys) * abs(x - xs)) for x in (0.25, 0.75)] \
+            if r.pdus == 1 else []
+        arrow_labels.append((t, on_arrow))
     # The data sender's activity: busy bursts (from the segments) and the idle gaps between.
     side = 1.0 if sender_x >= 0.5 else -1.0
     bx = sender_x + 0.04 * side
@@ -117,13 +122,14 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
     # Label only the gaps that matter at this zoom: the 15 longest above 2% of the window.
     labelled = set(gaps[gaps["gap_ns"] >= 0.02 * (w1 - w0)].nlargest(15, "gap_ns").index)
     _bars(ax, bx, _ms(gaps["start_ns"], t0), _ms(gaps["end_ns"], t0), color="0.6", alpha=0.5)
+    idle_labels = []
     for g in gaps.itertuples():
         if g.Index not in labelled:
             continue
         a, z = _ms([g.start_ns], t0)[0], _ms([g.end_ns], t0)[0]
-        ax.text(bx + 0.03 * side, (a + z) / 2, f"idle {g.gap_ns / 1e6:.2f} ms",
-                ha="left" if side > 0 else "right", va="center", fontsize=7, color="0.3",
-                clip_on=True)
+        idle_labels.append((ax.text(bx + 0.03 * side, (a + z) / 2, f"idle {g.gap_ns / 1e6:.2f} ms",
+                                    ha="left" if side > 0 else "right", va="center", fontsize=7,
+                                    color="0.3", clip_on=True), []))
     owd = (sel["t_recv_ns"] - sel["t_send_ns"]).median() / 1e6
     ax.set_xlim(-0.3, 1.3)
     ax.set_ylim(span_ms * 1.02, -span_ms * 0.02)
@@ -136,7 +142,27 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
     ax.set_title(f"{title}: one-way delay ~{owd:.3f} ms{est}", pad=22)
     ax.legend(handles=[Patch(color=c, label=k) for k, c in KIND_COLORS.items()],
               loc="lower left", fontsize=7, framealpha=0.8)
+    _declutter(fig, arrow_labels)
+    _declutter(fig, idle_labels)
     return fig
+
+
+def _declutter(fig: Figure, labels: list[tuple[Any, list[tuple[float, float]]]]) -> None:
+    """No label over another: each, in turn, stays where it is if free, else takes the first
+    free place of its own list (data coordinates), else is left out (its arrow and colour
+    remain). PDUs a few ms apart at the top of a ladder put their labels on one spot."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    taken: list[Any] = []
+    for text, places in labels:
+        for at in [None, *places]:
+            if at is not None:
+                text.set_position(at)
+            box = text.get_window_extent(renderer).expanded(1.02, 1.1)
+            if not any(box.overlaps(b) for b in taken):
+                taken.append(box)
+                break
+        else:
+            text.set_visible(False)
 
 
 def _bars(ax: Axes, x: float, a: np.ndarray, z: np.ndarray, **style: Any) -> None:
@@ -163,16 +189,19 @@ def tcpseq(graph: dict[str, pd.DataFrame], title: str = "TCP sequence / time (da
     lines = np.stack([np.column_stack([tt, sg["start"] * mb]),
                       np.column_stack([tt, sg["end"] * mb])], axis=1)
     ok = ~sg["rtx"].to_numpy()
-    ax.add_collection(LineCollection(lines[ok], colors="tab:blue", lw=2.5,
-                                     label="data segment"))
+    ax.add_collection(LineCollection(lines[ok], colors="tab:blue", lw=2.5, zorder=3))
+    # and a tick at each: a segment is a kilobyte of a graph of megabytes, under a pixel tall,
+    # its line drew nothing; above the ACK line, which runs beside it
+    ax.plot(tt[ok], sg["end"].to_numpy()[ok] * mb, ls="none", marker="|", ms=5, mew=1,
+            color="tab:blue", zorder=3, label="data segment")
     if (~ok).any():
-        ax.add_collection(LineCollection(lines[~ok], colors="tab:red", lw=2.5))
+        ax.add_collection(LineCollection(lines[~ok], colors="tab:red", lw=2.5, zorder=3))
         ax.scatter(tt[~ok], sg["end"].to_numpy()[~ok] * mb, marker="x", color="tab:red",
                    s=30, label=f"retransmission ({sg.attrs.get('retransmissions', (~ok).sum())})",
                    zorder=3)
     if not ak.empty:
         ta = _ms(ak["t_ns"], t0)
-        ax.step(ta, ak["ack"] * mb, where="post", color="tab:green", lw=1, label="ACK")
+        ax.step(ta, ak["ack"] * mb, where="post", color="tab:green", lw=2.5, label="ACK")
         ax.step(ta, ak["win_edge"] * mb, where="post", color="0.6", lw=0.8,
                 label="ACK + receive window")
     ax.autoscale_view()
@@ -255,7 +284,7 @@ def cwnd(samples: SamplesLike, states: pd.DataFrame | TrackTable,
         # Thousands of short episodes: join those closer than a pixel, draw one collection.
         a, b, _ = _merge_spans(_ms(g["start_ns"], t0), _ms(g["end_ns"], t0),
                                np.zeros(len(g)), px)
-        w = np.maximum(b - a, px)
+        w = np.maximum(b - a, 5 * px)  # a millisecond's episode of a minute: still seen
         ax.broken_barh(list(zip(a, w, strict=True)), (0, 1), transform=ax.get_xaxis_transform(),
                        color=c, alpha=0.5, lw=0,
                        label=f"{state} ({', '.join(sorted(set(g['source'])))}; {len(g)}x)")
@@ -291,21 +320,32 @@ def cwnd(samples: SamplesLike, states: pd.DataFrame | TrackTable,
 
 
 def timeline(spans: pd.DataFrame, window: tuple[int, int] | None = None,
-             title: str = "Cross-layer timeline", max_spans_per_row: int = 4000) -> Figure:
+             title: str = "Cross-layer timeline", max_spans_per_row: int = 4000,
+             run: tuple[int, int] | None = None) -> Figure:
+    """`run`: the data phase the window is part of; the axis then counts from the earlier of
+    its start and the window's, and the title says which part of the run is shown."""
     if spans.empty:
         return empty_figure(title, "no spans: need decoded commands or probe events")
     if window:
         spans = data.spans_in(spans, window)
-    t0 = int(window[0]) if window else int(spans["start_ns"].min())
+    w0 = int(window[0]) if window else int(spans["start_ns"].min())
     t1 = int(window[1]) if window else int(spans["end_ns"].max())
+    t0 = min(run[0], w0) if run else w0  # the axis's zero: the run's start
+    shown = ""
+    if run:
+        whole = window is None or (window[0] <= run[0] and window[1] >= run[1])
+        shown = ("\nthe whole run: " if whole else "\nshown: the first commands, ") + \
+            f"{(w0 - t0) / 1e9:.2f}-{(t1 - t0) / 1e9:.2f} s of the run's " \
+            f"{(run[1] - t0) / 1e9:.2f} s" + ("" if whole else " (every span is in trace.json)")
     rows = [r[2] for r in data.TIMELINE_ROWS]
     fig, ax = plt.subplots(figsize=(12, 5.5))
-    width_ms = max((t1 - t0) / 1e6, 1e-6)
+    x0 = (w0 - t0) / 1e6
+    width_ms = max((t1 - w0) / 1e6, 1e-6)
     min_w = width_ms / 1500  # a span narrower than a pixel is drawn a pixel wide
     for y, row in enumerate(rows):
         s = spans[spans["row"] == row]
         if s.empty:
-            ax.text(width_ms / 2, y, "(no data)", ha="center", va="center", fontsize=7,
+            ax.text(x0 + width_ms / 2, y, "(no data)", ha="center", va="center", fontsize=7,
                     color="0.6")
             continue
         a, b = _ms(s["start_ns"], t0), _ms(s["end_ns"], t0)
@@ -329,9 +369,9 @@ def timeline(spans: pd.DataFrame, window: tuple[int, int] | None = None,
     ax.axhline(5.5, color="0.5", lw=0.8, ls=":")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.4, -0.6)
-    ax.set_xlim(-width_ms * 0.01, width_ms * 1.01)
-    ax.set_xlabel("time [ms]")
-    ax.set_title(f"{title} (colour = SCSI command; grey = not tied to one)")
+    ax.set_xlim(x0 - width_ms * 0.01, x0 + width_ms * 1.01)
+    ax.set_xlabel("time [ms] from the run's start" if run else "time [ms]")
+    ax.set_title(f"{title} (colour = SCSI command; grey = not tied to one){shown}")
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -360,7 +400,10 @@ def throughput_plot(series: dict[str, pd.DataFrame], title: str = "Throughput") 
     t0 = min(int(v["t_ns"].min()) for v in have.values())
     fig, ax = plt.subplots(figsize=(10, 4))
     for label, v in have.items():
-        ax.step(_ms(v["t_ns"], t0), v["MBps"], where="post", label=label)
+        # one direction seen at both ends draws twice on one line: the target's dashed, so
+        # the initiator's shows through and each legend entry has a line to match
+        ax.step(_ms(v["t_ns"], t0), v["MBps"], where="post", label=label,
+                ls="--" if label.endswith("at target") else "-")
     ax.set_xlabel("time [ms]")
     ax.set_ylabel("throughput [MB/s]")
     ax.set_ylim(bottom=0)

@@ -86,6 +86,18 @@ def data_spans(cap: Capture, host: str, key: str = "cmd") -> list[data.SpanArray
     return segs.cached(("data_spans", d, key, source), make)
 
 
+def data_phase(cap: Capture, d: str) -> tuple[int, int] | None:
+    """The data sender's first to last payload segment, on the initiator's clock (the
+    timeline's): the run its window is a part of."""
+    segs = sender_segs(cap, d)
+    t = data.payload_totals(segs, d)
+    if t.empty or int(t["segments"].sum()) == 0:
+        return None
+    shift = cap.offset_ns if next((h for h, s in cap.segs.items() if s is segs), "") \
+        == "target" else 0
+    return int(t["first_ns"].min()) - shift, int(t["last_ns"].max()) - shift
+
+
 def one_way_ns(cap: Capture) -> int | None:
     """One-way delay for single-capture ladders: testbed setting, else half the median RTT."""
     v = one_way_ms(cap.meta)
@@ -252,7 +264,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
                 del parts
             else:
                 w = window or span_window or default_timeline_window(spans)
-            fig = plots.timeline(spans, w)
+            fig = plots.timeline(spans, w, run=data_phase(cap, d))
         elif kind == "throughput":
             series = {}
             for host, s in cap.segs.items():

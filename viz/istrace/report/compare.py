@@ -137,11 +137,14 @@ def text_table(sums: list[dict[str, Any]]) -> str:
         _fmt(s["throughput_MBps"]) + (f" (x{s['throughput_MBps'] / base:.2f})"
                                       if base and s["throughput_MBps"] and i else "")
         for i, s in enumerate(sums)]])
-    rows.append(["limited by", *[f"{s['primary']} {(s['primary_share'] or 0) * 100:.0f}%"
-                                 + ("?" if s["unsure"] else "") for s in sums]])
+    # causes in words (verdict.json keeps the ids): the primary's share marked '<-'
     causes = list(dict.fromkeys(c for s in sums for c in s["shares"]))
-    rows += [[f"  share {c}", *[f"{s['shares'].get(c, 0) * 100:.0f}%" for s in sums]]
-             for c in causes]
+    rows.append(["share of the time, by cause ('<-' limited by, '?' unsure)",
+                 *["" for _ in sums]])
+    rows += [[f"  {verdict.cause_words(c)}", *[
+        f"{s['shares'].get(c, 0) * 100:.0f}%" + (" <-" + ("?" if s["unsure"] else "")
+                                                 if s["primary"] == c else "")
+        for s in sums]] for c in causes]
     layers = list(dict.fromkeys(k for s in sums for k in s["latency"]))
     rows += [[f"p50/p99 ms {k}", *[
         (f"{s['latency'][k]['p50']:.3g}/{s['latency'][k]['p99']:.3g}" if k in s["latency"]
@@ -155,7 +158,7 @@ def _figure(sums: list[dict[str, Any]]) -> str:
     """Throughput bars and the verdict's shares stacked per capture, as an embedded PNG."""
     names = [s["name"] for s in sums]
     causes = list(dict.fromkeys(c for s in sums for c in s["shares"]))
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.2 + 0.1 * len(causes)))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 3.2 + 0.1 * len(causes)))
     a.bar(names, [s["throughput_MBps"] or 0 for s in sums], color="#4477aa")
     a.set_ylabel("MB/s")
     a.set_title("Throughput")
@@ -163,7 +166,7 @@ def _figure(sums: list[dict[str, Any]]) -> str:
     cmap = plt.get_cmap("tab20")
     for i, c in enumerate(causes):
         w = np.array([s["shares"].get(c, 0.0) for s in sums])
-        b.barh(names, w, left=left, color=cmap(i % 20), label=c)
+        b.barh(names, w, left=left, color=cmap(i % 20), label=verdict.cause_words(c))
         left += w
     b.set_xlim(0, 1)
     b.set_title("Where the time went (verdict shares)")

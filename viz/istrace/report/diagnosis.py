@@ -19,7 +19,7 @@ from istrace.report import verdict
 from istrace.track import tracker as track
 
 
-def _fmt_bytes(n: float | None) -> str:
+def fmt_bytes(n: float | None) -> str:
     if n is None or pd.isna(n):
         return "?"
     return data.human_size(n)
@@ -80,11 +80,13 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     v = verdict.decide(cap)
     out["verdict"] = v
     out["limit"] = v["text"]
-    say("Limited by: " + v["text"])
+    # the verdict's lines apart from the measurements: the page shows them once, at the top
+    out["verdict_lines"] = ["Limited by: " + v["text"]]
     for h in v["help"]:
         pred = (f" -> predicted {h['predicted_MBps']:.1f} MB/s (now {h['now_MBps']:.1f}; "
                 f"{h['model']})" if h.get("predicted_MBps") and h.get("now_MBps") else "")
-        say(f"What would help ({h['cause']}): {h['change']}{pred}.")
+        out["verdict_lines"].append(f"What would help ({verdict.cause_words(h['cause'])}): "
+                                    f"{h['change']}{pred}.")
     cmds = cap.main_commands()
     d = data_dir(cap)
     out["data_dir"] = d
@@ -97,7 +99,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
                       ("scsi_command", "SCSI command (PDU block size)")):
         v = sizes.get(key)
         if v:
-            parts.append(f"{name} {_fmt_bytes(v['typical'])} (x{v['count']})")
+            parts.append(f"{name} {fmt_bytes(v['typical'])} (x{v['count']})")
         else:
             parts.append(f"{name} unknown")
     msg = "Sizes: " + " -> ".join(parts) + "."
@@ -109,13 +111,13 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         split = split_cause(cap.meta, bl["max"])
         out["split"] = {"read_bytes": sc["typical"], "request_bytes": bl["typical"],
                         "requests_per_read": sc["typical"] / bl["typical"], "cause": split}
-        msg += (f" One {_fmt_bytes(sc['typical'])} read became "
+        msg += (f" One {fmt_bytes(sc['typical'])} read became "
                 f"{sc['typical'] / bl['typical']:.0f} block requests of "
-                f"{_fmt_bytes(bl['typical'])}: {split}.")
+                f"{fmt_bytes(bl['typical'])}: {split}.")
     elif sc and pb and pb["typical"] and sc["typical"] > pb["typical"]:
-        msg += (f" Each {_fmt_bytes(sc['typical'])} read() is cut into "
+        msg += (f" Each {fmt_bytes(sc['typical'])} read() is cut into "
                 f"{sc['typical'] / pb['typical']:.0f} SCSI commands of "
-                f"{_fmt_bytes(pb['typical'])}: every one pays the round trip.")
+                f"{fmt_bytes(pb['typical'])}: every one pays the round trip.")
     say(msg)
 
     # A kernel initiator's limits (queue_depth, can_queue) act in its SCSI midlayer, where a
@@ -165,21 +167,19 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         model = study.idle_ratio(pdu, owd, rate) if pdu and owd is not None and rate \
             else float("nan")
         out["model_idle_ratio"] = model
-        s = f"Idle ratio of the {d} data link: {idle * 100:.1f}% measured over {len(bursts)} bursts"
-        if not np.isnan(model):
-            s += (f"; the study's model PDU/(4*delay + PDU/throughput) gives {model * 100:.1f}% "
-                  f"for PDU {_fmt_bytes(pdu)}, one-way delay {owd * 1e3:.3f} ms "
-                  f"({out['delay_source']}), throughput {rate / 1e6:.1f} MB/s "
-                  f"({out['rate_source']}).")
-        else:
-            s += " (model needs the PDU block size, delay and throughput)."
-        say(s)
         within, between = _idle_split(cap, d, bursts)
         out["idle_within_ns"], out["idle_between_ns"] = within, between
-        if within or between:
-            say(f"Idle time of the data sender: {between / 1e6:.1f} ms between commands "
-                f"(waiting for the next command), {within / 1e6:.1f} ms inside commands "
-                "(data left to send, waiting for ACKs: window-limited).")
+        out["idle_span_ns"] = int(bursts["end_ns"].max() - bursts["start_ns"].min()) \
+            if len(bursts) else 0
+        say(idle_sentence(out, d))
+        if not np.isnan(model):
+            say(f"The study's model, PDU / (4 x one-way delay + PDU / throughput) busy, "
+                f"predicts {model * 100:.1f}% idle for PDU {fmt_bytes(pdu)}, one-way delay "
+                f"{owd * 1e3:.3f} ms ({out['delay_source']}), throughput {rate / 1e6:.1f} MB/s "
+                f"({out['rate_source']}).")
+        else:
+            say("The study's model of the idle share needs the PDU block size, the delay and "
+                "the throughput.")
 
     if cap.track is not None:
         st = track.state_time(cap.track)
@@ -198,6 +198,28 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         elif st.empty and not cap.track.samples.empty:
             say("No TCP loss, retransmission or congestion episode seen.")
     return out
+
+
+IDLE_DEFINITION = ("idle: the share of the data phase (the data sender's first segment to its "
+                   "last) in which it put no data on the wire, i.e. the gaps between its bursts "
+                   "of segments")
+
+
+def idle_sentence(out: dict[str, Any], d: str) -> str:
+    """The one idle figure of the report (IDLE_DEFINITION), its time split between commands
+    and inside them: the same gaps, so the parts add up to the whole."""
+    idle, span = out["idle_ratio"], out.get("idle_span_ns") or 0
+    if idle != idle:  # NaN: no burst of data
+        return f"Idle: not measured (no {d} data bursts)."
+    s = (f"Idle {idle * 100:.1f}% of the {d} data phase ({idle * span / 1e9:.2f} s of "
+         f"{span / 1e9:.2f} s, over {out['bursts']} bursts)")
+    within, between = out["idle_within_ns"], out["idle_between_ns"]
+    if within or between:
+        b = between / (within + between)
+        s += (f": {b * 100:.0f}% of that idle time between commands (nothing left to send: "
+              f"waiting for the next command or the target's answer), {(1 - b) * 100:.0f}% "
+              "inside commands (data left to send, waiting for ACKs: window-limited)")
+    return s + "."
 
 
 def _idle_split(cap: Capture, d: str, bursts: pd.DataFrame) -> tuple[int, int]:

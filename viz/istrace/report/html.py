@@ -26,52 +26,46 @@ from istrace.plot.render import (
     span_parts,
     split_kinds,
 )
-from istrace.report import perfetto
-from istrace.report.diagnosis import diagnose
+from istrace.report import glance, perfetto
+from istrace.report.diagnosis import IDLE_DEFINITION, diagnose
 from istrace.system import forked, freed
 from istrace.track.of_capture import track_to_file
 
 
 def _img(path: Path) -> str:
     b64 = base64.b64encode(path.read_bytes()).decode()
-    return f'<img src="data:image/png;base64,{b64}" style="max-width:100%">'
+    return f'<img alt="{path.stem}" src="data:image/png;base64,{b64}" style="max-width:100%">'
 
 
 CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc}
+.headline{font-size:1.1em}.def,.clock,.caption{color:#555;font-size:.9em}
 .warn{background:#c62828;color:#fff;padding:.6em;font-weight:bold;margin:.3em 0}
 .note{background:#fff3cd;padding:.4em;margin:.3em 0}.missing{color:#8a6d00}
-li{margin:.3em 0}table{border-collapse:collapse}
+li{margin:.3em 0}table{border-collapse:collapse}.for{color:#555}
 td,th{border:1px solid #ccc;padding:2px 6px;font-size:.9em}"""
+TITLES = {"ladder": "Packet ladder", "tcpseq": "TCP sequence / time",
+          "cwnd": "Congestion window, CA state, throughput",
+          "timeline": "Cross-layer timeline", "throughput": "Throughput",
+          "resptime": "Response time", "outstanding": "Commands outstanding"}
 
 
 def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Path]],
                path: Path, trace_note: str) -> None:
+    """The verdict first (glance.verdict_section), then the measurements, then the plots."""
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>istrace report "
              f"{e(cap.dir.name)}</title><style>{CSS}</style></head><body>",
-             f"<h1>istrace report: {e(str(cap.dir))}</h1>"]
-    for w in diag["warnings"]:
-        cls = "warn" if w.startswith("CAPTURE DROPS") else "note"
-        parts.append(f"<div class='{cls}'>WARNING: {e(w)}</div>")
-    v = diag.get("verdict")
-    if v:
-        parts.append(f"<h2>Verdict</h2><p class='verdict'><b>Limited by:</b> {e(v['text'])}</p>")
-        shares = v.get("shares") or {}
-        if shares:
-            parts.append("<table><tr><th>cause</th><th>share of the time</th></tr>" + "".join(
-                f"<tr><td>{e(k)}</td><td>{x * 100:.1f}%</td></tr>" for k, x in shares.items())
-                + "</table>")
-        if v.get("help"):
-            parts.append("<p><b>What would help</b></p><ul>" + "".join(
-                f"<li>{e(h['change'])}" + (f": predicted {h['predicted_MBps']} MB/s (now "
-                                           f"{h['now_MBps']}, {e(str(h['model']))})"
-                                           if h.get("predicted_MBps") else "") + "</li>"
-                for h in v["help"]) + "</ul>")
-    parts.append("<h2>Diagnosis</h2><ul>")
+             f"<h1>istrace report: {e(str(cap.dir))}</h1>",
+             glance.verdict_section(cap.meta, diag["verdict"], diag["warnings"])]
+    parts.append("<section id='measurements'><h2>Measurements</h2><ul>")
     parts += [f"<li>{e(f)}</li>" for f in diag["findings"]] or ["<li>nothing to say</li>"]
     parts.append("</ul>")
-    parts.append(f"<p>{e(cap.clock_note)}. {e(trace_note)}</p>")
+    if diag.get("idle_ratio") is not None:
+        parts.append(f"<p class='def'>{e(IDLE_DEFINITION[0].upper() + IDLE_DEFINITION[1:])}."
+                     "</p>")
+    parts.append(glance.clock_sentence(cap.clock or {}, cap.meta, cap.clock_note))
+    parts.append(f"<p class='def'>{e(trace_note)}</p></section>")
     if diag["missing"]:
         parts.append("<h2>Missing inputs</h2><ul class='missing'>")
         parts += [f"<li>{e(m)}</li>" for m in diag["missing"]]
@@ -79,14 +73,10 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
     st = diag.get("states")
     if st is not None and not st.empty:
         parts.append("<h2>TCP congestion states</h2>" + st.to_html(index=False))
-    titles = {"ladder": "Packet ladder", "tcpseq": "TCP sequence / time",
-              "cwnd": "Congestion window, CA state, throughput",
-              "timeline": "Cross-layer timeline", "throughput": "Throughput",
-              "resptime": "Response time", "outstanding": "Commands outstanding"}
     for kind, paths in plots_made.items():
         png = [p for p in paths if p.suffix == ".png"]
         if png:
-            parts.append(f"<h2>{e(titles.get(kind, kind))}</h2>{_img(png[0])}")
+            parts.append(f"<h2>{e(TITLES.get(kind, kind))}</h2>{_img(png[0])}")
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
 

@@ -27,8 +27,8 @@ from istrace.track.echo_rtt import echo_rtt_ms
 SCHEMA = 1
 # cause -> (layer, words for the report)
 CAUSES: dict[str, tuple[str, str]] = {
-    "initiator_concurrency": ("initiator", "initiator concurrency (too few commands "
-                              "outstanding)"),
+    "initiator_concurrency": ("initiator", "too few commands outstanding at the initiator "
+                              "(its queue depth, or the application's own)"),
     "iscsi_r2t": ("iscsi", "iSCSI R2T round trips (WRITE data waits for the target's R2T)"),
     "target_service": ("target", "the target's service time (command in to data out)"),
     "tcp_rwnd": ("tcp", "the receiver's TCP window"),
@@ -51,6 +51,13 @@ CAUSES: dict[str, tuple[str, str]] = {
                          "alike)"),
     "unknown": ("unknown", "unknown"),
 }
+
+
+def cause_words(cause: str) -> str:
+    """A cause in the words the report shows (its id stays in verdict.json and tooltips)."""
+    return CAUSES.get(cause, ("unknown", cause))[1]
+
+
 # A cause with at least this share of the time is named as secondary.
 SECONDARY = 0.15
 # A primary cause below this share is reported as unsure.
@@ -371,7 +378,7 @@ def cpu_near(primary: str, cpu: dict[str, float]) -> str | None:
     if twin is None or level is None or not CPU_NEAR <= level < accounting.CPU_SATURATED:
         return None
     return (f"{twin[2]} CPU was at {level * 100:.0f}% of what it may use, near saturation: "
-            f"the time may have been {twin[1]}")
+            f"the time may have been due to {cause_words(twin[1])}")
 
 
 def decide(cap: Capture) -> dict[str, Any]:
@@ -458,8 +465,8 @@ def limited_by(v: dict[str, Any]) -> str:
     pct = f"{share * 100:.0f}% of the time" if isinstance(share, float) else "?"
     if p["cause"] == "initiator_concurrency":
         n = ev.get("outstanding_max")
-        s = (f"application / protocol-limited: the sender is idle {pct} waiting for the next "
-             f"command (never more than {n} outstanding)")
+        s = (f"application / protocol-limited: {pct} the sender had nothing to send and the "
+             f"initiator had not sent the next command (never more than {n} outstanding)")
     else:
         s = f"{p['text']}: {pct}"
     if p["cause"].startswith("host_cpu_"):
