@@ -13,6 +13,7 @@ import pytest
 from istrace.capture import decoderun, layout
 from istrace.capture.decoded import load_pdus, load_segments
 from istrace.capture.load import load_capture
+from istrace.measure.outstanding import outstanding, outstanding_ceiling
 from istrace.plot import data, render
 from istrace.plot.seqgraph import seq_graph
 from istrace.report import diagnosis, html
@@ -133,7 +134,7 @@ def test_pdus_match_tshark_and_workload(real):
     assert (reads["xfer_bytes"] == SIZE).all() and (reads["bytes_in"] == SIZE).all()
     assert reads["resp_ts_ns"].notna().all()
     # The plots' data: one command at a time, both ends' times, every READ in every row.
-    ceil = data.outstanding_ceiling(data.outstanding(cmds))
+    ceil = outstanding_ceiling(outstanding(cmds))
     assert ceil["max"] == 1
     rows = data.ladder_rows(cap.pdus["initiator"], cap.pdus["target"], cap.offset_ns)
     rd = rows[rows["cmd"].isin(reads["cmd"])]
@@ -236,7 +237,7 @@ def test_real_queue_depth_ceiling(tmp_path):
     cmds = cap.commands["initiator"]
     reads = cmds[cmds["cdb_name"].astype(str).str.startswith("READ(")]
     assert len(reads) == 64
-    ceil = data.outstanding_ceiling(data.outstanding(reads))
+    ceil = outstanding_ceiling(outstanding(reads))
     assert ceil["max"] == qd and ceil["flat"], ceil
     diag = diagnosis.diagnose(cap)
     assert diag["outstanding"]["max"] == qd

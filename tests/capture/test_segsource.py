@@ -15,7 +15,8 @@ import pytest
 from istrace.capture.decoded import conn_and_dir, read_segments, segments_file
 from istrace.capture.segsource import FileSegments, FrameSegments, payload_slices, row_slices
 from istrace.capture.slices import SLICE_ROWS, clean_cuts
-from istrace.plot import data
+from istrace.measure.bursts import data_bursts
+from istrace.measure.payload import payload_totals
 from istrace.plot.seqgraph import seq_graph
 from istrace.synth import pcapwriter as pw
 from istrace.track import tracker
@@ -157,9 +158,9 @@ def test_analyses_answer_the_same_from_the_file(both) -> None:
     src, whole = both
     frame = FrameSegments(whole)
     for d in ("t2i", "i2t"):
-        pd.testing.assert_frame_equal(data.payload_totals(src, d), data.payload_totals(whole, d))
-        pd.testing.assert_frame_equal(data.data_bursts(src, d, 5000),
-                                      data.data_bursts(whole, d, 5000))
+        pd.testing.assert_frame_equal(payload_totals(src, d), payload_totals(whole, d))
+        pd.testing.assert_frame_equal(data_bursts(src, d, 5000),
+                                      data_bursts(whole, d, 5000))
         for conn in src.conns():
             a = list(payload_slices(src, d, ("ts_ns", "seq", "len"), conn=conn, rows=ROWS))
             b = list(payload_slices(frame, d, ("ts_ns", "seq", "len"), conn=conn, rows=ROWS))
@@ -206,7 +207,7 @@ def test_totals_per_connection_in_a_group_bys_order() -> None:
                        "dir": ["t2i"] * 6, "conn": ["b", "a", "b", "c", "a", "a"]})
     for conn in (df["conn"], pd.Categorical(df["conn"], categories=["c", "x", "b", "a"])):
         segs = df.assign(conn=conn)
-        got = data.payload_totals(segs, "t2i")
+        got = payload_totals(segs, "t2i")
         want = segs[segs["len"] > 0].groupby("conn", observed=True)["len"].sum()
         assert list(got.index) == list(want.index) and got["bytes"].tolist() == want.tolist()
         assert FrameSegments(segs).conns() == ["b", "a", "c"]

@@ -6,8 +6,7 @@ import pytest
 import synth
 from istrace.capture import tcpseq
 from istrace.capture.decoded import conn_and_dir
-from istrace.capture.load import load_capture
-from istrace.model import study
+from istrace.measure.payload import throughput
 from istrace.plot import data, render
 from istrace.plot.seqgraph import seq_graph
 from istrace.plot.thin import thin
@@ -82,60 +81,6 @@ def test_the_ladders_margin_follows_its_window_and_delay():
     assert render.ladder_pad((5, 5), 0) == 1_000_000
 
 
-def test_bursts_idle_gaps_and_ratio(cap1):
-    cap, t = cap1
-    segs = cap.segs["target"]
-    thr = data.burst_gap_threshold(segs, "t2i")
-    b = data.data_bursts(segs, "t2i", thr)
-    # The Response PDU goes out one segment time after the data: same burst.
-    assert len(b) == t.n_cmds
-    assert b["start_ns"].tolist() == t.burst_start
-    seg_ns = int(synth.MSS / t.rate * 1e9)
-    assert (b["end_ns"] - np.asarray(t.burst_end) == seg_ns).all()
-    gaps = data.gaps_from_bursts(b)
-    assert len(gaps) == t.n_cmds - 1
-    expect = np.asarray(t.burst_start[1:]) - (np.asarray(t.burst_end[:-1]) + seg_ns)
-    assert (gaps["gap_ns"].to_numpy() == expect).all()
-    # Idle is the 2 one-way delays + target think time out of each cycle.
-    assert gaps["gap_ns"].min() > 2 * t.owd_ns
-    ratio = data.idle_ratio(b)
-    total = b["end_ns"].iloc[-1] - b["start_ns"].iloc[0]
-    busy = (b["end_ns"] - b["start_ns"]).sum()
-    assert ratio == pytest.approx(1 - busy / total, rel=1e-4)
-    assert 0.8 < ratio < 0.95
-    rate = data.peak_rate(b)
-    assert rate == pytest.approx(t.rate, rel=0.1)
-    # The study's model: 32 KiB at 2 ms one way and 100 MB/s.
-    send = 32768 / 100e6
-    assert study.idle_ratio(32768, 0.002, 100e6) == pytest.approx(1 - send / (0.008 + send))
-    assert study.seq_read_throughput(32768, 0.002, 100e6) == pytest.approx(
-        32768 / (0.008 + send))
-
-
-def test_outstanding_ceiling(cap1, tmp_path):
-    cap, t = cap1
-    s1 = data.outstanding(cap.commands["initiator"])
-    c1 = data.outstanding_ceiling(s1)
-    assert c1["max"] == 1 and s1["outstanding"].iloc[-1] == 0
-    t2 = synth.make_capture(tmp_path / "qd2", n_cmds=40, qd=2)
-    cap2 = load_capture(tmp_path / "qd2")
-    s2 = data.outstanding(cap2.commands["initiator"])
-    c2 = data.outstanding_ceiling(s2)
-    assert c2["max"] == 2 and c2["flat"] and c2["reached"] >= 10
-    assert (s2["outstanding"] >= 0).all()
-    assert len(t2.issue) == 40
-
-
-def test_resp_times_and_sizes(cap1):
-    cap, t = cap1
-    rt = data.resp_times(cap.commands["initiator"]).to_numpy()
-    assert np.allclose(rt, (np.asarray(t.resp) - np.asarray(t.issue)) / 1000)
-    sizes = data.block_sizes(cap.commands["initiator"], cap.held_events())
-    assert sizes["syscall"]["typical"] == 64 * 32768
-    assert sizes["block"]["typical"] == 524288 and sizes["block"]["count"] == 4
-    assert sizes["scsi_command"]["typical"] == 32768 and sizes["scsi_command"]["count"] == 64
-
-
 def test_timeline_spans_every_row(cap1):
     cap, t = cap1
     spans = render.timeline_spans(cap)
@@ -168,7 +113,7 @@ def test_seq_graph_and_throughput(cap1):
     assert g["acks"]["ack"].is_monotonic_increasing
     small = seq_graph(cap.segs["target"], "t2i", max_points=300)["segments"]
     assert len(small) <= 320 and small["end"].max() == sg["end"].max()
-    th = data.throughput(cap.segs["target"], "t2i", bins=50)
+    th = throughput(cap.segs["target"], "t2i", bins=50)
     assert th["bytes"].sum() == 64 * (32768 + 96)
 
 
@@ -239,33 +184,6 @@ def test_timeline_lanes_keep_concurrent_spans_apart(tmp_path):
             == [0, 1, 0]).all()
 
 
-def test_syscall_size_counts_only_reads_that_queued_block_io():
-    """With a block layer, the application's read size is that of the reads during which the
-    same process queued a bio: a shell's small file reads (same cgroup, same pid space) are
-    not it."""
-    import pandas as pd
-
-    t0 = 1_000_000_000
-    ev = pd.DataFrame([
-        # the shell reads its script: no block I/O during it
-        {"ts_ns": t0 + 100, "host": "initiator", "layer": "syscall", "event": "read_exit",
-         "pid": 7, "bytes": 832.0, "lat_ns": 50.0},
-        # dd's 2 MiB O_DIRECT read, with its bio queued inside the call
-        {"ts_ns": t0 + 1000, "host": "initiator", "layer": "block", "event": "bio_queue",
-         "pid": 9, "bytes": 2097152.0, "lat_ns": float("nan")},
-        {"ts_ns": t0 + 5000, "host": "initiator", "layer": "syscall", "event": "read_exit",
-         "pid": 9, "bytes": 2097152.0, "lat_ns": 4500.0},
-        # another process's read overlapping dd's bio: not the one that queued it
-        {"ts_ns": t0 + 2000, "host": "initiator", "layer": "syscall", "event": "read_exit",
-         "pid": 8, "bytes": 784.0, "lat_ns": 1500.0},
-    ])
-    sizes = data.block_sizes(None, ev)
-    assert sizes["syscall"] == {"typical": 2097152.0, "max": 2097152.0, "count": 1}
-    # no block events (a user-space initiator): every read counts
-    sizes = data.block_sizes(None, ev[ev["layer"] == "syscall"])
-    assert sizes["syscall"]["count"] == 3
-
-
 def test_kernel_stack_start_and_end_points_become_spans():
     """The stock kernel's SCSI midlayer and LIO mark work by a start and an end event, no
     latency: each pair, tied by cmd_id (or by task tag before a merge), becomes one span in its
@@ -290,173 +208,6 @@ def test_kernel_stack_start_and_end_points_become_spans():
     got = sorted(zip(spans.row, spans.start_ns, spans.end_ns, strict=True))
     assert got == [("initiator SCSI", 100, 900), ("target SCSI", 300, 700),
                    ("target backing store", 320, 700), ("target iSCSI", 250, 800)]
-
-
-def test_scsi_midlayer_outstanding_counts_data_commands_dispatched_not_done():
-    """A kernel initiator's SCSI midlayer count: +1 at dispatch, -1 at done, data commands
-    only (a TEST UNIT READY poll, no LBA, does not count), a completion of a command
-    dispatched before the capture does not push the count below zero."""
-    import pandas as pd
-
-    rows = [("scsi_done", 50, 7.0),          # dispatched before the capture began
-            ("scsi_dispatch", 100, 8.0), ("scsi_dispatch", 110, 16.0),
-            ("scsi_dispatch", 115, None),     # TEST UNIT READY
-            ("scsi_done", 120, None), ("scsi_done", 200, 8.0),
-            ("scsi_dispatch", 200, 24.0), ("scsi_done", 300, 16.0), ("scsi_done", 400, 24.0)]
-    ev = pd.DataFrame(rows, columns=["event", "ts_ns", "lba"]).assign(host="initiator",
-                                                                        layer="scsi")
-    s = data.scsi_outstanding(ev)
-    assert s["outstanding"].max() == 2 and s["outstanding"].min() == 0
-    ceil = data.outstanding_ceiling(s)
-    # 2 outstanding from 110 to 300 (the done at 200 and the dispatch at 200 are one instant)
-    assert ceil["max"] == 2 and abs(ceil["time_at_max"] - 190 / 350) < 1e-9
-    assert data.scsi_outstanding(ev.assign(layer="block")).empty
-
-
-def test_outstanding_ends_an_unanswered_command_where_its_tag_is_reused():
-    """A command whose reply the capture lacks ended before the initiator used its task tag
-    again on the connection (RFC 7143: tags are unique among outstanding tasks); one never
-    reused stays open."""
-    import pandas as pd
-
-    c = pd.DataFrame({"conn": "a", "itt": ["0x1", "0x2", "0x1", "0x3"],
-                      "issue_ts_ns": [0, 10, 50, 60],
-                      "resp_ts_ns": pd.array([None, 40, 70, None], dtype="Int64")})
-    s = data.outstanding(c)
-    at = dict(zip(s["t_ns"], s["outstanding"], strict=False))
-    assert at[40] == 1 and at[50] == 1      # 0x1 closed at 50 by its reuse, reopened at 50
-    assert s["outstanding"].iloc[-1] == 1   # 0x3: no reply, tag never reused
-
-
-def test_command_spans_past_4_gib_and_any_slicing():
-    """A minute at full rate sends several times 2^32 bytes: each command's span must come
-    from its own segments, not from those 4 GiB earlier or later with the same sequence
-    numbers mod 2^32 (seen: 39 s spans of 4 GiB "commands" on a 60 s capture)."""
-    seg_len, per_cmd, n_cmds = 65536, 1024, 200  # 64 MiB commands: 12.5 GiB in all
-    isn = 4_000_000_000
-    k = np.arange(n_cmds * per_cmd, dtype=np.int64)
-    ts = 1_000_000_000 + k * 10_000                     # a segment every 10 us
-    segs = pd.DataFrame({
-        "frame": k, "ts_ns": ts, "src": "10.0.0.2", "sport": 3260, "dst": "10.0.0.1",
-        "dport": 40000, "seq": (isn + 1 + k * seg_len) % 2**32, "ack": 1, "flags": 0x18,
-        "win": 500, "len": seg_len, "wscale": -1, "mss": -1, "tsval": -1, "tsecr": -1,
-        "sack": 0})
-    segs = conn_and_dir(segs)
-    cmd_bytes = per_cmd * seg_len
-    # one Data-In PDU per command, its 48-byte header at the command's first byte
-    cmds = np.arange(n_cmds)
-    pdus = pd.DataFrame({
-        "conn": segs["conn"].iloc[0], "dir": "t2i", "opcode_name": "SCSI Data-In",
-        "cmd": cmds, "pdu": cmds, "ts_ns": 1_000_000_000 + cmds * per_cmd * 10_000,
-        "tcp_seq": (isn + 1 + cmds * cmd_bytes) % 2**32, "ahs_len": 0,
-        "dsl": cmd_bytes - 48})
-    assert (isn + 1 + n_cmds * cmd_bytes) // 2**32 >= 3  # the stream wraps three times
-    want_start = 1_000_000_000 + cmds * per_cmd * 10_000
-    want_end = want_start + (per_cmd - 1) * 10_000
-    for rows in (1 << 16, 999, 10**9):
-        sp = data.segment_spans(pdus, segs, "t", "target", "t2i", slice_rows=rows)
-        assert sp["cmd"].tolist() == cmds.tolist()
-        assert (sp["start_ns"].to_numpy() == want_start).all(), rows
-        assert (sp["end_ns"].to_numpy() == want_end).all(), rows
-        assert (sp["bytes"] == cmd_bytes).all()
-
-
-def test_spans_of_small_pdus_from_blocks_are_those_of_the_table():
-    """8 KiB PDUs, 16 a command, some sent among the next command's, the stream wrapping:
-    each command's and each PDU's span is its own segments' first and last time, whether
-    the PDUs come as one table or in blocks of any size (the report reads them a block at a
-    time, keeping only each command's range of the stream)."""
-    seg_len, per_cmd, n_cmds = 8192, 16, 300
-    isn = 2**32 - 10 * seg_len
-    n = per_cmd * n_cmds
-    rng = np.random.default_rng(5)
-    cmd = np.repeat(np.arange(n_cmds), per_cmd)
-    moved = np.flatnonzero(rng.random(n) < 0.05)
-    moved = moved[cmd[moved] < n_cmds - 1]
-    cmd[moved] += 1  # this segment's PDU belongs to the next command
-    k = np.arange(n, dtype=np.int64)
-    ts = 10**9 + k * 7_000
-    segs = conn_and_dir(pd.DataFrame({
-        "frame": k, "ts_ns": ts, "src": "10.0.0.2", "sport": 3260, "dst": "10.0.0.1",
-        "dport": 40000, "seq": (isn + 1 + k * seg_len) % 2**32, "ack": 1, "flags": 0x18,
-        "win": 500, "len": seg_len, "wscale": -1, "mss": -1, "tsval": -1, "tsecr": -1,
-        "sack": 0}))
-    pdus = pd.DataFrame({
-        "conn": segs["conn"].iloc[0], "dir": "t2i", "opcode_name": "SCSI Data-In",
-        "cmd": cmd, "pdu": k, "ts_ns": ts, "tcp_seq": (isn + 1 + k * seg_len) % 2**32,
-        "ahs_len": 0, "dsl": seg_len - 48})
-    want = pd.DataFrame({"cmd": cmd, "ts": ts}).groupby("cmd")["ts"].agg(["min", "max"])
-    for key in ("cmd", "pdu"):
-        one = list(data.span_arrays(pdus, segs, "t2i", key))
-        assert len(one) == 1
-        if key == "cmd":
-            assert one[0].keys.tolist() == want.index.tolist()
-            assert (one[0].first == want["min"].to_numpy()).all()
-            assert (one[0].last == want["max"].to_numpy()).all()
-            # a command's range: from its lowest PDU's first byte to its highest's last
-            assert (one[0].bytes == (want["max"] - want["min"]) // 7_000 * seg_len
-                    + seg_len).all()
-        else:
-            assert (one[0].keys == k).all() and (one[0].first == ts).all()
-            assert (one[0].last == ts).all() and (one[0].bytes == seg_len).all()
-        for rows in (1, 7, 100, 10**6):
-            got = list(data.span_arrays((pdus.iloc[a:a + rows]
-                                         for a in range(0, len(pdus), rows)),
-                                        segs, "t2i", key, slice_rows=999))
-            assert len(got) == 1 and got[0].conn == one[0].conn
-            for f in ("keys", "first", "last", "bytes"):
-                np.testing.assert_array_equal(getattr(got[0], f), getattr(one[0], f))
-
-
-def test_bursts_spacing_and_totals_read_in_slices_match_the_whole_table():
-    """Bursts, the median spacing of data segments and the per-connection totals are read a
-    slice of the table at a time: they must be what the whole table sorted by time gives,
-    with bursts and equal time stamps across the cuts and stamps stepping back in time."""
-    rng = np.random.default_rng(7)
-    n = 150_000  # three slices and more
-    gap = rng.choice([1_000, 2_000, 2_500, 150_000, 3_000_000_000], size=n,
-                     p=[0.5, 0.3, 0.1, 0.09, 0.01])
-    ts = 10**12 + np.cumsum(gap)
-    ts[1000:1003] = ts[1000:1003][::-1]  # a capture's stamps stepping back
-    segs = pd.DataFrame({"ts_ns": ts, "len": rng.integers(0, 9000, n).astype(np.int32),
-                         "dir": pd.Categorical(rng.choice(["t2i", "i2t"], n, p=[0.9, 0.1])),
-                         "conn": pd.Categorical(rng.choice(["a", "b"], n))})
-    for d in ("t2i", "i2t"):
-        x = segs[(segs["dir"] == d) & (segs["len"] > 0)]
-        o = np.argsort(x["ts_ns"].to_numpy(), kind="stable")
-        t, ln = x["ts_ns"].to_numpy()[o], x["len"].to_numpy(np.int64)[o]
-        med = float(np.median(np.diff(t)))
-        assert data.burst_gap_threshold(segs, d) == int(max(5 * med, 100_000))
-        for thr in (100_000, 1_000_000):
-            first = np.flatnonzero(np.concatenate([[True], np.diff(t) > thr]))
-            last = np.concatenate([first[1:] - 1, [len(t) - 1]])
-            b = data.data_bursts(segs, d, thr)
-            assert b["start_ns"].tolist() == t[first].tolist()
-            assert b["end_ns"].tolist() == t[last].tolist()
-            assert b["bytes"].tolist() == np.add.reduceat(ln, first).tolist()
-            assert b["segments"].tolist() == (last - first + 1).tolist()
-        tot = data.payload_totals(segs, d)
-        g = x.groupby("conn", observed=True)
-        assert tot["bytes"].tolist() == g["len"].sum().tolist()
-        assert tot["first_ns"].tolist() == g["ts_ns"].min().tolist()
-        assert tot["last_ns"].tolist() == g["ts_ns"].max().tolist()
-        assert tot["largest"].tolist() == g["len"].max().tolist()
-
-
-@pytest.mark.parametrize("n", [140_001, 140_002])
-def test_median_spacing_is_exact(n):
-    """The median spacing is taken in two passes of bounded memory: it must be np.median's,
-    for odd and even counts, spacings from nanoseconds to seconds, across the slices' cuts."""
-    rng = np.random.default_rng(n)
-    gap = np.where(rng.random(n) < 0.3, rng.integers(2**30, 2**33, n), rng.integers(1, 5000, n))
-    ts = 10**12 + np.cumsum(gap)
-    segs = pd.DataFrame({"ts_ns": ts, "len": np.full(n, 100, np.int32),
-                         "dir": pd.Categorical(["t2i"] * n), "conn": pd.Categorical(["a"] * n)})
-    assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(ts)))
-    segs["ts_ns"] = 10**12 + np.cumsum(rng.integers(2**30, 2**33, n))  # the median >= 1 s
-    assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(segs["ts_ns"])))
-    segs["ts_ns"] = 10**12 + np.cumsum(rng.integers(2**26, 2**29, n))  # 67-540 ms
-    assert data.median_spacing(segs, "t2i") == float(np.median(np.diff(segs["ts_ns"])))
 
 
 def test_seq_graph_draws_one_connection():

@@ -99,7 +99,7 @@ def test_ceiling_at_the_applications_own_parallelism_is_named_as_such():
     """A ceiling equal to the reads the application had in flight (system call layer) is the
     application's, not a setting's; where a setting sits at the same count, both are said."""
     import pandas as pd
-    from istrace.plot import data
+    from istrace.measure.outstanding import app_reads_in_flight
     from istrace.report import diagnosis
 
     meta = {"testbed": {"mode": "vm", "tunables": {"queue_depth": 32, "can_queue": 113}}}
@@ -123,5 +123,5 @@ def test_ceiling_at_the_applications_own_parallelism_is_named_as_such():
             ("syscall", "read_exit", 1100, 1000, 13, 100)]
     ev = pd.DataFrame(rows, columns=["layer", "event", "ts_ns", "lat_ns", "pid", "bytes"])
     ev["host"] = "initiator"
-    assert data.app_reads_in_flight(ev) == 2
-    assert data.app_reads_in_flight(ev[ev.layer == "syscall"]) is None   # no block layer
+    assert app_reads_in_flight(ev) == 2
+    assert app_reads_in_flight(ev[ev.layer == "syscall"]) is None   # no block layer

@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from istrace.capture.tracksamples import Samples, SamplesLike, as_samples  # noqa: E402
 from istrace.capture.tracktables import EVENT_COLUMNS, STATE_COLUMNS, TrackTable, as_table  # noqa: E402
+from istrace.measure.bursts import gaps_from_bursts  # noqa: E402
+from istrace.measure.outstanding import outstanding_ceiling  # noqa: E402
 from istrace.plot import data  # noqa: E402
 from istrace.plot.png import save_png  # noqa: E402
 from istrace.plot.thin import Thinner, thin  # noqa: E402
@@ -115,7 +117,7 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
         a, z = _ms(b["start_ns"], t0), _ms(b["end_ns"], t0)
         # one collection of hundreds of bars: a line each took 0.6 s of a 10 s capture's report
         _bars(ax, bx, a, np.maximum(z, a + span_ms / 400), color="tab:green")
-        gaps = data.gaps_from_bursts(bursts)
+        gaps = gaps_from_bursts(bursts)
         gaps = gaps[(gaps["end_ns"] >= w0) & (gaps["start_ns"] <= w1)]
     else:
         gaps = data.idle_gaps(sel, int(span_ms * 1e6 * 0.02))
@@ -442,7 +444,7 @@ def outstanding_plot(series: pd.DataFrame, title: str = "Commands outstanding") 
         return empty_figure(title, "no commands (need commands.csv)")
     t0 = int(series["t_ns"].min())
     s = thin(series, "t_ns", "outstanding", 40000)
-    ceil = data.outstanding_ceiling(series)
+    ceil = outstanding_ceiling(series)
     fig, ax = plt.subplots(figsize=(10, 3.8))
     ax.step(_ms(s["t_ns"], t0), s["outstanding"], where="post", color="tab:purple", lw=1)
     ax.axhline(ceil["max"], color="tab:red", ls="--", lw=1,

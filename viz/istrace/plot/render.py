@@ -18,32 +18,16 @@ import pyarrow.compute as pc
 from istrace.capture.events import APP_READ_EVENTS, analysed_rows
 from istrace.capture.load import Capture, merged_blocks, read_merged
 from istrace.capture.meta import one_way_ms
-from istrace.capture.segsource import Segments
+from istrace.measure.bursts import burst_gap_threshold, data_bursts
+from istrace.measure.direction import data_dir, sender_segs
+from istrace.measure.outstanding import outstanding, resp_times
+from istrace.measure.payload import payload_totals, throughput
+from istrace.measure.spans import SPAN_COLUMNS, SpanArrays, data_spans, spans_frame
 from istrace.plot import data
 from istrace.plot.seqgraph import seq_graph
 from istrace.system import freed
 
 KINDS = ["ladder", "tcpseq", "cwnd", "timeline", "throughput", "resptime", "outstanding"]
-
-
-def data_dir(cap: Capture) -> str:
-    """The direction that carried most payload (t2i for reads, i2t for writes)."""
-    for segs in cap.segs.values():
-        if segs.empty:
-            continue
-        by = segs.payload_by_dir()
-        if by:
-            return max(by, key=lambda k: by[k])  # the first of equals, as argmax
-    return "t2i"
-
-
-def sender_segs(cap: Capture, d: str) -> Segments | None:
-    """Segments as seen at the data sender (where the seq graph and flight are true)."""
-    pref = ("target", "initiator") if d == "t2i" else ("initiator", "target")
-    for host in pref:
-        if host in cap.segs:
-            return cap.segs[host]
-    return None
 
 
 def shared_passes(cap: Capture) -> None:
@@ -59,38 +43,18 @@ def shared_passes(cap: Capture) -> None:
     segs = sender_segs(cap, d)
     if segs is None or segs.empty:
         return
-    data.payload_totals(segs, d)
-    data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+    payload_totals(segs, d)
+    data_bursts(segs, d, burst_gap_threshold(segs, d))
     for host in cap.segs:
         data_spans(cap, host)
         freed.give_back()  # what the pass freed, before the next pass or the processes forked
-
-
-def data_spans(cap: Capture, host: str, key: str = "cmd") -> list[data.SpanArrays]:
-    """data.span_arrays of `host`'s segments by `key` ("cmd", "pdu"), with the host's own
-    PDUs, else the other end's (the same TCP sequence numbers): worked out once and kept
-    with the segments. The timeline's spans and the diagnosis's data phases read the same
-    (a pass over a minute's 11 M segments, the PDUs read for it: 20 MB at its peak, in
-    the tracer and the diagnosis both)."""
-    segs = cap.segs.get(host)
-    other = "target" if host == "initiator" else "initiator"
-    source = cap.pdus.first([host, other])
-    if segs is None or source is None:
-        return []
-    d = data_dir(cap)
-
-    def make() -> list[data.SpanArrays]:
-        cols = data.SPAN_PDU_COLUMNS + ([key] if key not in data.SPAN_PDU_COLUMNS else [])
-        # the PDUs a block at a time, only the arrays of the direction's data PDUs kept
-        return list(data.span_arrays(cap.pdus.blocks(source, cols), segs, d, key))
-    return segs.cached(("data_spans", d, key, source), make)
 
 
 def data_phase(cap: Capture, d: str) -> tuple[int, int] | None:
     """The data sender's first to last payload segment, on the initiator's clock (the
     timeline's): the run its window is a part of."""
     segs = sender_segs(cap, d)
-    t = data.payload_totals(segs, d)
+    t = payload_totals(segs, d)
     if t.empty or int(t["segments"].sum()) == 0:
         return None
     shift = cap.offset_ns if next((h for h, s in cap.segs.items() if s is segs), "") \
@@ -242,7 +206,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
     for kind in kinds:
         if kind == "ladder":
             rows, shown = ladder_for(cap, window)
-            bursts = (data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+            bursts = (data_bursts(segs, d, burst_gap_threshold(segs, d))
                       if segs is not None else None)
             fig = plots.ladder(rows, shown, bursts, 1.0 if d == "t2i" else 0.0)
         elif kind == "tcpseq":
@@ -255,7 +219,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
             if tr is None:
                 fig = plots.empty_figure("cwnd", "tracker not run")
             else:
-                fig = plots.cwnd(tr.samples, tr.states, tr.events, data.throughput(segs, d), d)
+                fig = plots.cwnd(tr.samples, tr.states, tr.events, throughput(segs, d), d)
         elif kind == "timeline":
             if spans is None:  # those in the window: the socket I/O's a block at a time
                 parts = span_parts(cap)
@@ -269,14 +233,14 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
             series = {}
             for host, s in cap.segs.items():
                 for dd in ("t2i", "i2t"):
-                    t = data.throughput(s, dd)
+                    t = throughput(s, dd)
                     if not t.empty and t["bytes"].sum() > 0:
                         series[f"{dd} at {host}"] = t
             fig = plots.throughput_plot(series)
         elif kind == "resptime":
-            fig = plots.resptime_plot(data.resp_times(cap.main_commands()))
+            fig = plots.resptime_plot(resp_times(cap.main_commands()))
         elif kind == "outstanding":
-            fig = plots.outstanding_plot(data.outstanding(cap.main_commands()))
+            fig = plots.outstanding_plot(outstanding(cap.main_commands()))
         else:
             raise ValueError(f"unknown plot kind {kind!r}")
         made[kind] = plots.save(fig, out / kind, formats)
@@ -312,7 +276,7 @@ class SpanParts:
         return _by_start(data.concat_spans([self.held, *self.socket_io()]))
 
 
-def span_parts(cap: Capture, spans_of: dict[str, list[data.SpanArrays]] | None = None
+def span_parts(cap: Capture, spans_of: dict[str, list[SpanArrays]] | None = None
                ) -> SpanParts:
     """The timeline's spans (SpanParts): the probe events' from merged.parquet, tied to their
     commands there, else from the streams; the commands'; and from the pcaps when each
@@ -347,9 +311,9 @@ def span_parts(cap: Capture, spans_of: dict[str, list[data.SpanArrays]] | None =
                                 ev, cap.offset_ns)
     del ev
     # From the pcaps: when each command's data crossed each end's TCP and the wire.
-    seg_rows = [data.spans_frame(spans_of[h] if spans_of is not None and h in spans_of
-                                 else data_spans(cap, h), f"{h} TCP", h,
-                                 cap.offset_ns if h == "target" else 0)
+    seg_rows = [spans_frame(spans_of[h] if spans_of is not None and h in spans_of
+                            else data_spans(cap, h), f"{h} TCP", h,
+                            cap.offset_ns if h == "target" else 0)
                 for h in ("initiator", "target") if h in cap.segs]
     seg_rows = [s for s in seg_rows if not s.empty]
     if seg_rows:
@@ -358,7 +322,7 @@ def span_parts(cap: Capture, spans_of: dict[str, list[data.SpanArrays]] | None =
                                        bytes=("bytes", "first")).reset_index()
         wire = wire.assign(row="wire", host="wire", layer="net", label="data on the wire")
         have_tcp_probe = spans["row"].isin(["initiator TCP", "target TCP"]).any()
-        extra = [wire[data.SPAN_COLUMNS]] + ([] if have_tcp_probe else seg_rows)
+        extra = [wire[SPAN_COLUMNS]] + ([] if have_tcp_probe else seg_rows)
         spans = _by_start(data.concat_spans([spans[spans["row"] != "wire"]] + extra))
     return SpanParts(spans, socket_io, min(starts) if starts else None)
 

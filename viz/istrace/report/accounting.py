@@ -3,7 +3,7 @@ one cause that held the data sender back at that moment.
 
 The data sender (the target for READs, the initiator for WRITEs) is either sending or idle.
 Its timeline, as seen at its own capture point, is cut into bursts of data segments and the
-gaps between them (istrace.plot.data.data_bursts), and each piece is given a cause:
+gaps between them (istrace.measure.bursts.data_bursts), and each piece is given a cause:
 
   idle, the command's data still to send  -> the window that stopped it: tcp_loss_recovery (a
       loss-recovery CA state), tcp_rwnd (in flight at the receive window), tcp_cwnd (at the
@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 from istrace.capture import orderstat
 from istrace.capture.tracksamples import Samples, SamplesLike, as_samples
-from istrace.plot import data
+from istrace.measure.bursts import burst_gap_threshold, data_bursts
+from istrace.measure.payload import payload_totals
 
 LOSS_STATES = ("Recovery", "Loss")
 # In flight within 10% of a window counts as that window being full (one MSS of slack at the
@@ -463,7 +464,7 @@ def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
     loss = states[states["state"].astype(str).isin(LOSS_STATES)] if states is not None \
         and not states.empty else None
     cov = _coverage(loss)
-    ends = _account_sending(acc, data.data_bursts(segs, d, data.burst_gap_threshold(segs, d)),
+    ends = _account_sending(acc, data_bursts(segs, d, burst_gap_threshold(segs, d)),
                             cmds, cov, capacity_bps, cpu)
     if ends is None:
         return
@@ -592,7 +593,7 @@ def _account_held_back(acc: Accounting, segs: pd.DataFrame, samples: SamplesLike
     """The gaps [pa, pb) with data left to send (`left` of each not yet given a cause): the
     window that held the data back."""
     d, host = acc.direction, acc.sender
-    mss = float(data.payload_totals(segs, d)["largest"].max())
+    mss = float(payload_totals(segs, d)["largest"].max())
     # the connection's samples of this direction (no connection named: all of them)
     pick = (conn, d) if conn is not None else (None, None)
     why = _window_cause(samples, pa, mss, *pick)

@@ -12,9 +12,22 @@ import numpy as np
 import pandas as pd
 from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number, one_way_ms
+from istrace.measure.bursts import (
+    burst_gap_threshold,
+    data_bursts,
+    gaps_from_bursts,
+    idle_ratio,
+    peak_rate,
+)
+from istrace.measure.direction import data_dir, sender_segs
+from istrace.measure.outstanding import (
+    app_reads_in_flight,
+    outstanding,
+    outstanding_ceiling,
+    scsi_outstanding,
+)
+from istrace.measure.sizes import SIZE_EVENT_COLUMNS, block_sizes, human_size
 from istrace.model import study
-from istrace.plot import data
-from istrace.plot.render import data_dir, sender_segs
 from istrace.report import verdict
 from istrace.track import tracker as track
 
@@ -22,7 +35,7 @@ from istrace.track import tracker as track
 def fmt_bytes(n: float | None) -> str:
     if n is None or pd.isna(n):
         return "?"
-    return data.human_size(n)
+    return human_size(n)
 
 
 def _tunables(meta: dict[str, Any]) -> dict[str, Any]:
@@ -90,9 +103,9 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     cmds = cap.main_commands()
     d = data_dir(cap)
     out["data_dir"] = d
-    events = cap.held_events(data.SIZE_EVENT_COLUMNS)
+    events = cap.held_events(SIZE_EVENT_COLUMNS)
 
-    sizes = data.block_sizes(cmds, events)
+    sizes = block_sizes(cmds, events)
     out["sizes"] = sizes
     parts = []
     for key, name in (("syscall", "system call"), ("block", "block request"),
@@ -123,35 +136,35 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     # A kernel initiator's limits (queue_depth, can_queue) act in its SCSI midlayer, where a
     # command waits from dispatch to done: count there when its events were traced, since
     # dispatched commands may not have reached the wire yet.
-    series = data.scsi_outstanding(events)
+    series = scsi_outstanding(events)
     where = "SCSI commands outstanding in the initiator's SCSI midlayer"
     if series.empty:
-        series = data.outstanding(cmds)
+        series = outstanding(cmds)
         where = "Commands outstanding"
-    ceil = data.outstanding_ceiling(series)
+    ceil = outstanding_ceiling(series)
     out["outstanding"] = ceil
     if not series.empty:
         s = (f"{where}: at most {ceil['max']}, held {ceil['time_at_max'] * 100:.0f}%"
              f" of the time, reached {ceil['reached']} times.")
         if ceil["flat"]:
             cause = ceiling_cause(cap.meta, int(ceil["max"]),
-                                  data.app_reads_in_flight(events))
+                                  app_reads_in_flight(events))
             out["ceiling_cause"] = cause
             s += f" A flat ceiling at {ceil['max']}: {cause} caps parallelism."
         say(s)
 
     segs = sender_segs(cap, d)
     if segs is not None:
-        bursts = data.data_bursts(segs, d, data.burst_gap_threshold(segs, d))
+        bursts = data_bursts(segs, d, burst_gap_threshold(segs, d))
         rate_meta = meta_number(cap.meta, "socket_Bps", "socket_bytes_per_s")
         mbps = meta_number(cap.meta, "socket_MBps", "socket_mbps_MB")
         if rate_meta is None and mbps is not None:
             rate_meta = mbps * 1e6
-        rate = rate_meta or data.peak_rate(bursts)
+        rate = rate_meta or peak_rate(bursts)
         out["rate_Bps"] = rate
         out["rate_source"] = "socket throughput from meta.json" if rate_meta else \
             "peak burst rate of this capture (no socket baseline measured)"
-        idle = data.idle_ratio(bursts, rate_bps=rate)
+        idle = idle_ratio(bursts, rate_bps=rate)
         out["idle_ratio"] = idle
         out["bursts"] = len(bursts)
         delay_ms = one_way_ms(cap.meta)
@@ -224,7 +237,7 @@ def idle_sentence(out: dict[str, Any], d: str) -> str:
 
 def _idle_split(cap: Capture, d: str, bursts: pd.DataFrame) -> tuple[int, int]:
     """Idle gaps of the data sender inside a command's data phase vs between commands."""
-    gaps = data.gaps_from_bursts(bursts)
+    gaps = gaps_from_bursts(bursts)
     if gaps.empty:
         return 0, 0
     sender = "target" if d == "t2i" else "initiator"

@@ -16,9 +16,9 @@ import pandas as pd
 from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_verdict
+from istrace.measure.spans import data_spans
 from istrace.plot.render import (
     KINDS,
-    data_spans,
     make_plots,
     needs_track,
     shared_passes,

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from istrace.capture import segtable
 from istrace.capture.labels import is_, object_labels
 from istrace.capture.load import merged_blocks
-from istrace.plot import data
+from istrace.measure.spans import SPAN_COLUMNS
 from pandas.api.types import union_categoricals
 
 PIDS = {"initiator": 1, "wire": 2, "target": 3}
@@ -206,13 +206,13 @@ def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame |
                 max_instants: int = MAX_INSTANTS, chunk: int = 25_000,
                 span_chunk: int = 10_000, more_spans: Iterable[pd.DataFrame] = (),
                 more_start: int | None = None) -> int:
-    """Write the trace: spans (data.SPAN_COLUMNS) as complete events, then those of
+    """Write the trace: spans (SPAN_COLUMNS) as complete events, then those of
     `more_spans` (blocks made as they are written, the earliest starting at `more_start`),
     instants (ts_ns, host, layer, event) as instant events on their layer's track, times in
     us from the earliest. The instants are formatted and written a chunk at a time,
     column-wise: a million of them as dicts took seconds, as one list of strings hundreds
     of MB. Returns the count."""
-    spans = spans if spans is not None else pd.DataFrame(columns=data.SPAN_COLUMNS)
+    spans = spans if spans is not None else pd.DataFrame(columns=SPAN_COLUMNS)
     ins = _bounded(instants, max_instants) if instants is not None and not instants.empty \
         else None
     starts = [int(spans["start_ns"].min())] if not spans.empty else []

@@ -16,8 +16,10 @@ from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number, one_way_ms
 from istrace.capture.segsource import payload_slices
 from istrace.capture.slices import SLICE_ROWS
-from istrace.plot import data
-from istrace.plot.render import data_dir, data_spans, sender_segs
+from istrace.measure.direction import data_dir, sender_segs
+from istrace.measure.outstanding import outstanding, outstanding_ceiling, resp_times
+from istrace.measure.payload import payload_totals
+from istrace.measure.spans import SpanArrays, data_spans, spans_frame
 from istrace.report import accounting
 from istrace.report.advice import what_would_help
 from istrace.system import freed
@@ -113,7 +115,7 @@ def dispersion_capacity(cap: Capture, rows: int = SLICE_ROWS) -> float | None:
     # the receiver's data segments in time order, a slice at a time (not a sorted copy of
     # millions of rows): each pair of neighbours, the last segment of a slice carried into
     # the next
-    totals = data.payload_totals(recv, d)
+    totals = payload_totals(recv, d)
     if int(totals["segments"].sum()) < 100:
         return None
     mss = int(totals["largest"].max())
@@ -191,7 +193,7 @@ def _sock_rows(cap: Capture, sender: str, conn: str) -> pd.DataFrame | None:
     return s if not s.empty else None
 
 
-def _pdu_spans(parts: list[data.SpanArrays], conn: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _pdu_spans(parts: list[SpanArrays], conn: str) -> tuple[np.ndarray, np.ndarray] | None:
     """[first, last] segment of each data PDU of `conn` at the sender, sorted by start."""
     mine = [p for p in parts if p.conn == conn]
     if not mine or not sum(len(p.first) for p in mine):
@@ -208,7 +210,7 @@ def _pdu_spans(parts: list[data.SpanArrays], conn: str) -> tuple[np.ndarray, np.
 
 def _data_on_wire(cmds: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
     """Commands with their data phase as the segments carrying their data PDUs' bytes took it
-    at the sender (`spans`: data.spans_frame's): a PDU's time is its header's, so a 256 KiB
+    at the sender (`spans`: spans_frame's): a PDU's time is its header's, so a 256 KiB
     Data-In would otherwise end where its payload starts."""
     if spans.empty or "cmd" not in cmds.columns:
         return cmds
@@ -248,7 +250,7 @@ def account(cap: Capture) -> accounting.Accounting | None:
             acc.unsure.append("commands timed at the initiator only and no round-trip time: "
                               "the target's service time cannot be told from the path's")
     cap_bps, _ = capacity(cap)
-    per_conn = data.payload_totals(segs, d)
+    per_conn = payload_totals(segs, d)
     phase = (int(per_conn["first_ns"].min()), int(per_conn["last_ns"].max())) \
         if not per_conn.empty else None
     cpu = accounting.cpu_saturation(cap, phase)
@@ -257,8 +259,8 @@ def account(cap: Capture) -> accounting.Accounting | None:
     # pcap): their data phases, R2Ts and spans are all in that capture point's time.
     seg_host = next((h for h, s in cap.segs.items() if s is segs), sender)
     if cmds is not None:
-        cmds = _data_on_wire(cmds, data.spans_frame(data_spans(cap, seg_host), "data",
-                                                    seg_host))
+        cmds = _data_on_wire(cmds, spans_frame(data_spans(cap, seg_host), "data",
+                                               seg_host))
     pdu_spans = data_spans(cap, seg_host, "pdu")
     # the R2Ts' times (only a write has them)
     pdus = cap.pdus.read(seg_host, ["ts_ns", "conn", "opcode_name"]) if d == "i2t" else None
@@ -293,8 +295,8 @@ def account(cap: Capture) -> accounting.Accounting | None:
 def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     d = acc.direction
     cmds = cap.main_commands()
-    series = data.outstanding(cmds)
-    ceil = data.outstanding_ceiling(series)
+    series = outstanding(cmds)
+    ceil = outstanding_ceiling(series)
     ev: dict[str, Any] = {"direction": d, "sender": acc.sender,
                           "connections": len(acc.connections)}
     span_s = acc.span_ns / 1e9 if acc.span_ns else float("nan")
@@ -306,7 +308,7 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev["outstanding_flat"] = bool(ceil["flat"])
     if not series.empty:
         ev["outstanding_mean"] = ceil["mean"] if ceil["mean"] == ceil["mean"] else None
-    rt = data.resp_times(cmds)
+    rt = resp_times(cmds)
     ev["response_ms_p50"] = float(rt.median()) / 1e3 if not rt.empty else None
     sizes = cmds["xfer_bytes"].dropna() if cmds is not None and "xfer_bytes" in cmds.columns \
         else pd.Series(dtype=float)
@@ -316,7 +318,7 @@ def _evidence(cap: Capture, acc: accounting.Accounting) -> dict[str, Any]:
     ev.update({f"rtt_{k}": v for k, v in rtt_stats(cap, d).items()})
     ev["one_way_ms"] = one_way_ms(cap.meta)
     segs = sender_segs(cap, d)
-    per_conn = data.payload_totals(segs, d)
+    per_conn = payload_totals(segs, d)
     nseg = int(per_conn["segments"].sum())
     rtx = _retransmits(cap, d)
     ev["retransmits"] = rtx
