@@ -104,7 +104,7 @@ static int issue(struct worker *w, struct cmd *k, uint64_t lba, int retry, int m
 	if (++w->gen == 0xffff)
 		w->gen = 0;
 	k->itt = (uint32_t)w->gen << 16 | slot;
-	if (!k->buf) {
+	if (!k->buf && !r->discard) {
 		if (posix_memalign((void **)&k->buf, 4096, k->bytes)) {
 			k->buf = NULL;
 			err_set(&c->err, EXIT_INTERNAL, "out of memory for a %u byte buffer", k->bytes);
@@ -224,6 +224,7 @@ static int on_pdu(struct worker *w)
 	struct cmd *k;
 	if (conn_recv_bhs(c, &h) < 0)
 		return -1;
+	c->rx_hint = 0;
 	conn_update_sn(c, &h);
 	if (h.opcode == OP_DATA_IN || h.opcode == OP_SCSI_RSP || h.opcode == OP_R2T)
 		w->progress_ns = now_ns();
@@ -252,7 +253,10 @@ static int on_pdu(struct worker *w)
 			k->first_data = 1;
 			USDT_CMD_FIRST_DATA(k->itt, k->lba, k->bytes);
 		}
-		if (conn_recv_data(c, &h, k->buf + h.offset) < 0)
+		/* the rest of this command follows this payload: worth waiting for together */
+		c->rx_hint = k->bytes - k->got - h.dsl;
+		if ((w->run->discard ? conn_skip_data(c, &h)
+				     : conn_recv_data(c, &h, k->buf + h.offset)) < 0)
 			return -1;
 		w->data_in_pdus++;
 		k->got += h.dsl;

@@ -18,6 +18,7 @@ struct run {
 	uint64_t nchunks;     /* command-sized chunks in [first_lba, end of LUN) */
 	atomic_uint_fast64_t claimed;
 	int verify_fd; /* --verify-file, or -1 */
+	int discard;   /* READ data dropped in the kernel: no buffers, no copy */
 	pthread_barrier_t start; /* every session logged in */
 	pthread_barrier_t go;    /* the clock has started: issue */
 	atomic_int finished;
