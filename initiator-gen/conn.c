@@ -258,7 +258,7 @@ static int take_all(struct conn *c, unsigned char *buf, size_t len)
 
 /* n bytes from the connection (into dst, or dropped when dst is NULL): first what the
  * read-ahead holds, then big remainders straight into dst or dropped in the kernel (no extra
- * copy), small ones through one recv() that may bring the next PDUs too. After a big
+ * copy), each waited for as a whole, small ones through one recv() that may bring the next PDUs too. After a big
  * remainder the next refill asks for what the caller needs only (the next header): the bytes
  * behind it are most likely the next big payload, better received in place or dropped. */
 static int conn_read(struct conn *c, void *dst, size_t n)
@@ -277,7 +277,7 @@ static int conn_read(struct conn *c, void *dst, size_t n)
 			return 0;
 		if (n >= RX_DIRECT) {
 			c->rx_exact = 1;
-			return d ? io_recv_all(c->fd, d, n, &c->err, c->timeout_s) : take_all(c, NULL, n);
+			return take_all(c, d, n);
 		}
 		ssize_t r;
 		if (c->rx_exact) { /* just the next header: it is usually queued already */
