@@ -198,9 +198,9 @@ int io_recv_all(int fd, void *buf, size_t len, struct gen_err *e, double timeout
 /* Sleep until n bytes are queued (capped: SO_RCVLOWAT cannot pass half the largest receive
  * buffer), so one wake-up and one recv() take a whole payload instead of a wake-up per few
  * packets: the packets are queued by the sender's softirq while we sleep, with no socket lock
- * of ours in the way and no ACK sent from our recv(). When the engine knows that more of the
- * command is owed (rx_hint), wait for that too, briefly: a short answer (an error status)
- * then costs a few milliseconds, never a stall. */
+ * of ours in the way and no ACK sent from our recv(). When the engine expects more (rx_hint:
+ * the rest of the command, or the payload behind a header), wait for that too, briefly: a
+ * shorter answer (an error status) then costs at most HINT_WAIT_MS, never a stall. */
 static int set_lowat(struct conn *c, size_t n)
 {
 	int lowat = n > (size_t)LOWAT_CAP ? LOWAT_CAP : (int)n;
@@ -238,6 +238,8 @@ static int wait_bytes(struct conn *c, size_t n)
  * once; the rest is waited for with wait_bytes. */
 static int take_all(struct conn *c, unsigned char *buf, size_t len)
 {
+	if (c->rx_hint && wait_bytes(c, len) < 0) /* at once when it is all queued already */
+		return -1;
 	while (len) {
 		ssize_t n = recv(c->fd, buf, len, MSG_DONTWAIT | (buf ? 0 : MSG_TRUNC));
 		if (n < 0 && errno == EINTR)

@@ -22,7 +22,7 @@ struct conn {
 	size_t rx_off, rx_len;
 	int rx_exact; /* refill with just the bytes asked for (see conn_read) */
 	int lowat;    /* SO_RCVLOWAT in force */
-	size_t rx_hint; /* bytes surely following what is being read (the rest of a READ) */
+	size_t rx_hint; /* bytes likely following what is read next (the engine's guess) */
 	char peer[300]; /* "addr:port" for messages */
 };
 

@@ -218,11 +218,28 @@ static int complete(struct worker *w, struct cmd *k, uint8_t status, const unsig
 	return 0;
 }
 
+/* Payload bytes the next PDU likely carries, so its header and payload are waited for as one:
+ * the last Data-In's size, but never more than any outstanding READ still owes (the next PDU
+ * is one of theirs). 0 when dropping is off or no READ is outstanding. */
+static size_t next_pdu_guess(const struct worker *w)
+{
+	size_t g = w->last_din;
+	if (!w->run->discard || !w->outstanding)
+		return 0;
+	for (unsigned i = 0; i < w->ncmds && g; i++) {
+		const struct cmd *k = &w->cmds[i];
+		if (k->busy == 1 && k->bytes - k->got < g)
+			g = k->bytes - k->got;
+	}
+	return g;
+}
+
 static int on_pdu(struct worker *w)
 {
 	struct conn *c = &w->s.c;
 	struct bhs h;
 	struct cmd *k;
+	c->rx_hint = next_pdu_guess(w);
 	if (conn_recv_bhs(c, &h) < 0)
 		return -1;
 	c->rx_hint = 0;
@@ -260,6 +277,7 @@ static int on_pdu(struct worker *w)
 				     : conn_recv_data(c, &h, k->buf + h.offset)) < 0)
 			return -1;
 		w->data_in_pdus++;
+		w->last_din = h.dsl;
 		k->got += h.dsl;
 		k->next_datasn++;
 		if (h.flags & DIN_S)
