@@ -260,9 +260,10 @@ static int take_all(struct conn *c, unsigned char *buf, size_t len)
 
 /* n bytes from the connection (into dst, or dropped when dst is NULL): first what the
  * read-ahead holds, then big remainders straight into dst or dropped in the kernel (no extra
- * copy), each waited for as a whole, small ones through one recv() that may bring the next PDUs too. After a big
- * remainder the next refill asks for what the caller needs only (the next header): the bytes
- * behind it are most likely the next big payload, better received in place or dropped. */
+ * copy), each waited for as a whole; small ones through one recv() that may bring the next
+ * PDUs too. After a big remainder the next refill asks for what the caller needs only (the
+ * next header): the bytes behind it are most likely the next big payload, better received in
+ * place or dropped. */
 static int conn_read(struct conn *c, void *dst, size_t n)
 {
 	unsigned char *d = dst;
