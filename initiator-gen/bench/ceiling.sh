@@ -44,7 +44,7 @@ RAW=$(mktemp /tmp/istrace-ceiling.XXXXXX)
 TIMEF=$(mktemp /tmp/istrace-ceiling-time.XXXXXX)
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && { wait "$p" 2>/dev/null || true; }; done
   "${PY[@]}" -m istrace.cli.main testbed down --name "$NAME" >/dev/null 2>&1 || true
   rm -f "$RAW" "$TIMEF"
 }
