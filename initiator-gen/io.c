@@ -78,8 +78,7 @@ static int send_data_out(struct worker *w, struct cmd *k, uint32_t ttt, uint32_t
 			k->first_data = 1;
 			USDT_CMD_FIRST_DATA(k->itt, k->lba, k->bytes);
 		}
-		/* the burst leaves in full segments, pushed once at its end */
-		if (conn_send_pdu_more(c, bhs, k->buf + off, n, off + n < end) < 0)
+		if (conn_send_pdu(c, bhs, k->buf + off, n) < 0)
 			return -1;
 		w->data_out_pdus++;
 		off += n;
