@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,8 @@
 
 #define RX_CAP (16u << 10)   /* read-ahead buffer */
 #define RX_DIRECT (8u << 10) /* remainders this big are received in place */
+#define LOWAT_CAP (4 << 20)  /* most we wait for at once (the kernel caps it too) */
+#define HINT_WAIT_MS 20      /* how long owed bytes are waited for before taking what is due */
 
 int split_hostport(const char *spec, char *host, size_t hostlen, int *port, int dflt_port)
 {
@@ -124,6 +127,7 @@ int conn_open(struct conn *c, const char *hostport, int dflt_port, double timeou
 		return -1;
 	}
 	c->timeout_s = timeout_s;
+	c->lowat = 1;
 	c->scratch_len = 1 << 16;
 	c->scratch = malloc(c->scratch_len);
 	c->rx = malloc(RX_CAP);
@@ -191,28 +195,107 @@ int io_recv_all(int fd, void *buf, size_t len, struct gen_err *e, double timeout
 	return 0;
 }
 
-/* n bytes from the connection: first what the read-ahead holds, then big remainders straight
- * into dst (no extra copy), small ones through one recv() that may bring the next PDUs too. */
+/* Sleep until n bytes are queued (capped: SO_RCVLOWAT cannot pass half the largest receive
+ * buffer), so one wake-up and one recv() take a whole payload instead of a wake-up per few
+ * packets: the packets are queued by the sender's softirq while we sleep, with no socket lock
+ * of ours in the way and no ACK sent from our recv(). When the engine expects more (rx_hint:
+ * the rest of the command, or the payload behind a header), wait for that too, briefly: a
+ * shorter answer (an error status) then costs at most HINT_WAIT_MS, never a stall. */
+static int set_lowat(struct conn *c, size_t n)
+{
+	int lowat = n > (size_t)LOWAT_CAP ? LOWAT_CAP : (int)n;
+	if (lowat != c->lowat) {
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
+		c->lowat = lowat;
+	}
+	return lowat;
+}
+
+static int wait_bytes(struct conn *c, size_t n)
+{
+	struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+	int r;
+	if (c->rx_hint && set_lowat(c, n + c->rx_hint) > (int)n) {
+		do
+			r = poll(&pf, 1, HINT_WAIT_MS);
+		while (r < 0 && errno == EINTR);
+		if (r > 0)
+			return 0;
+	}
+	set_lowat(c, n);
+	do
+		r = poll(&pf, 1, (int)(c->timeout_s * 1000));
+	while (r < 0 && errno == EINTR);
+	if (r == 0) {
+		errno = EAGAIN;
+		return io_error(&c->err, -1, "receiving", c->timeout_s);
+	}
+	return 0;
+}
+
+/* len bytes into buf, or dropped in the kernel when buf is NULL: recv() with MSG_TRUNC on TCP
+ * consumes them without copying them to user space (tcp(7)). What is queued is taken at
+ * once; the rest is waited for with wait_bytes. */
+static int take_all(struct conn *c, unsigned char *buf, size_t len)
+{
+	if (c->rx_hint && wait_bytes(c, len) < 0) /* at once when it is all queued already */
+		return -1;
+	while (len) {
+		ssize_t n = recv(c->fd, buf, len, MSG_DONTWAIT | (buf ? 0 : MSG_TRUNC));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			if (wait_bytes(c, len) < 0)
+				return -1;
+			continue;
+		}
+		if (n <= 0)
+			return io_error(&c->err, (int)n, "receiving", c->timeout_s);
+		len -= (size_t)n;
+		if (buf)
+			buf += n;
+	}
+	return 0;
+}
+
+/* n bytes from the connection (into dst, or dropped when dst is NULL): first what the
+ * read-ahead holds, then big remainders straight into dst or dropped in the kernel (no extra
+ * copy), each waited for as a whole; small ones through one recv() that may bring the next
+ * PDUs too. After a big remainder the next refill asks for what the caller needs only (the
+ * next header): the bytes behind it are most likely the next big payload, better received in
+ * place or dropped. */
 static int conn_read(struct conn *c, void *dst, size_t n)
 {
 	unsigned char *d = dst;
 	for (;;) {
 		size_t have = c->rx_len - c->rx_off;
 		size_t take = have < n ? have : n;
-		memcpy(d, c->rx + c->rx_off, take);
+		if (d) {
+			memcpy(d, c->rx + c->rx_off, take);
+			d += take;
+		}
 		c->rx_off += take;
-		d += take;
 		n -= take;
 		if (!n)
 			return 0;
-		if (n >= RX_DIRECT)
-			return io_recv_all(c->fd, d, n, &c->err, c->timeout_s);
+		if (n >= RX_DIRECT) {
+			c->rx_exact = 1;
+			return take_all(c, d, n);
+		}
 		ssize_t r;
-		do
-			r = recv(c->fd, c->rx, RX_CAP, 0);
-		while (r < 0 && errno == EINTR);
-		if (r <= 0)
-			return io_error(&c->err, (int)r, "receiving", c->timeout_s);
+		if (c->rx_exact) { /* just the next header: it is usually queued already */
+			if (take_all(c, c->rx, n) < 0)
+				return -1;
+			r = (ssize_t)n;
+		} else {
+			if (c->lowat > 1 && wait_bytes(c, 1) < 0)
+				return -1;
+			do
+				r = recv(c->fd, c->rx, RX_CAP, 0);
+			while (r < 0 && errno == EINTR);
+			if (r <= 0)
+				return io_error(&c->err, (int)r, "receiving", c->timeout_s);
+		}
 		c->rx_off = 0;
 		c->rx_len = (size_t)r;
 	}
@@ -315,6 +398,8 @@ int conn_recv_data(struct conn *c, const struct bhs *h, void *dst)
 	unsigned char tail[8];
 	if (!len)
 		return 0;
+	if (len < RX_DIRECT)
+		c->rx_exact = 0; /* small segments: PDUs come several to a read-ahead again */
 	if (!dst) {
 		if (len > c->scratch_len) { /* DSL is 24 bits: at most 16 MiB */
 			unsigned char *n = realloc(c->scratch, len);
@@ -346,6 +431,16 @@ int conn_recv_data(struct conn *c, const struct bhs *h, void *dst)
 		}
 	}
 	return 0;
+}
+
+int conn_skip_data(struct conn *c, const struct bhs *h)
+{
+	uint32_t len = h->dsl, p = pad4(len);
+	if (c->ddigest) /* the digest needs the bytes */
+		return conn_recv_data(c, h, NULL);
+	if (len < RX_DIRECT)
+		c->rx_exact = 0;
+	return len + p ? conn_read(c, NULL, (size_t)len + p) : 0;
 }
 
 void conn_update_sn(struct conn *c, const struct bhs *h)

@@ -20,6 +20,9 @@ struct conn {
 	 * the command's buffer */
 	unsigned char *rx;
 	size_t rx_off, rx_len;
+	int rx_exact; /* refill with just the bytes asked for (see conn_read) */
+	int lowat;    /* SO_RCVLOWAT in force */
+	size_t rx_hint; /* bytes likely following what is read next (the engine's guess) */
 	char peer[300]; /* "addr:port" for messages */
 };
 
@@ -43,6 +46,9 @@ int conn_recv_bhs(struct conn *c, struct bhs *h);
 /* Receive h->dsl bytes into dst (or into c->scratch when dst is NULL), then padding and the
  * data digest. */
 int conn_recv_data(struct conn *c, const struct bhs *h, void *dst);
+/* Drop h->dsl bytes and the padding, big runs in the kernel without a copy to user space
+ * (a data digest to check makes it conn_recv_data into the scratch buffer). */
+int conn_skip_data(struct conn *c, const struct bhs *h);
 /* Track StatSN/ExpCmdSN/MaxCmdSN from a target PDU. */
 void conn_update_sn(struct conn *c, const struct bhs *h);
 /* Room in the command window for one more non-immediate command. */

@@ -46,6 +46,7 @@ struct gen_opts {
 	int write;
 	int verify;
 	const char *verify_file;
+	int copy; /* receive READ data into buffers even when nothing checks it */
 	int force_cdb16;
 	uint64_t seed;
 	/* output / behaviour */

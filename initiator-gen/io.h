@@ -18,6 +18,7 @@ struct run {
 	uint64_t nchunks;     /* command-sized chunks in [first_lba, end of LUN) */
 	atomic_uint_fast64_t claimed;
 	int verify_fd; /* --verify-file, or -1 */
+	int discard;   /* READ data dropped in the kernel: no buffers, no copy */
 	pthread_barrier_t start; /* every session logged in */
 	pthread_barrier_t go;    /* the clock has started: issue */
 	atomic_int finished;
@@ -51,6 +52,7 @@ struct worker {
 	/* PDUs of the workload's commands, so a sweep can see the PDU size and R2T count the
 	 * target chose rather than assume the negotiated ones */
 	uint64_t data_in_pdus, data_out_pdus, r2ts;
+	uint32_t last_din; /* payload of the last Data-In */
 	unsigned pending_retry; /* commands waiting to be re-issued */
 	uint64_t progress_ns;   /* last Data-In / SCSI Response / R2T */
 	pthread_t th;

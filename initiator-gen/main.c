@@ -33,7 +33,9 @@ static const char usage_text[] =
 	"          'lun' = whole LUN; default 4M), --offset SIZE, --seq (default) | --random |\n"
 	"          --same (every command at --offset: the same block each time),\n"
 	"          --queue-depth N (1), --sessions S (1), --time SECONDS | --count N (default\n"
-	"          --time 10), --write, --verify, --verify-file PATH, --cdb16, --seed N\n"
+	"          --time 10), --write, --verify, --verify-file PATH, --cdb16, --seed N,\n"
+	"          --copy (receive READ data into buffers unchecked; by default data that is\n"
+	"          not verified is dropped in the kernel, never copied)\n"
 	"output:   --json (summary as one JSON object on stdout), --quiet (no progress lines)\n"
 	"faults:   --timeout SECONDS (10): a target silent this long ends the run\n"
 	"exit:     0 ok, 2 usage, 3 connect, 4 login refused, 5 protocol (Reject, bad PDU,\n"
@@ -96,7 +98,7 @@ enum {
 	O_CHAP_TUSER, O_CHAP_TSECRET, O_HD, O_DD, O_MRDSL, O_MAXBURST, O_FIRSTBURST, O_IMM,
 	O_IR2T, O_MAXR2T, O_SIZE, O_OFFSET, O_SEQ, O_RANDOM, O_QD, O_SESSIONS, O_TIME, O_COUNT,
 	O_WRITE, O_VERIFY, O_VERIFY_FILE, O_CDB16, O_SEED, O_JSON, O_QUIET, O_TIMEOUT, O_SOCKET,
-	O_SERVE, O_STREAM, O_HELP, O_SOFTCRC, O_SERVE_FILE, O_SAME,
+	O_SERVE, O_STREAM, O_HELP, O_SOFTCRC, O_SERVE_FILE, O_SAME, O_COPY,
 };
 
 static const struct option long_opts[] = {
@@ -130,6 +132,7 @@ static const struct option long_opts[] = {
 	{"verify", no_argument, 0, O_VERIFY},
 	{"verify-file", required_argument, 0, O_VERIFY_FILE},
 	{"cdb16", no_argument, 0, O_CDB16},
+	{"copy", no_argument, 0, O_COPY},
 	{"seed", required_argument, 0, O_SEED},
 	{"json", no_argument, 0, O_JSON},
 	{"quiet", no_argument, 0, O_QUIET},
@@ -205,6 +208,7 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		}
 		case O_WRITE: o->write = 1; break;
 		case O_VERIFY: o->verify = 1; break;
+		case O_COPY: o->copy = 1; break;
 		case O_VERIFY_FILE: o->verify_file = optarg; break;
 		case O_CDB16: o->force_cdb16 = 1; break;
 		case O_SEED: o->seed = parse_u32(optarg, "--seed", 0, 0xffffffffu); break;
@@ -400,6 +404,8 @@ static int run_iscsi(struct gen_opts *o)
 	r->o = o;
 	r->st = st;
 	r->verify_fd = -1;
+	/* READ payload nobody looks at is dropped in the kernel (MSG_TRUNC), never copied */
+	r->discard = !o->write && !o->verify && !o->verify_file && !o->copy;
 	struct gen_err e = {0};
 	if (o->verify_file) {
 		r->verify_fd = open(o->verify_file, O_RDONLY | O_CLOEXEC);

@@ -142,6 +142,14 @@ class FakeTarget:
         elif self.mode == "fuzz":  # plausible-looking nonsense, then hang up
             for _ in range(self.rng.randint(1, 6)):
                 conn.sendall(self._random_pdu(itt, sn))
+        elif self.mode == "partsense":  # half the data, a pause, then CHECK CONDITION
+            conn.sendall(_pdu(0x25, 0x00, itt, bytes(edtl // 2), **sn, b36=0, b40=0))
+            if self._stop.wait(0.3):
+                return
+            sense = bytes([0x70, 0, 0x03, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x11, 0x00, 0, 0, 0, 0])
+            rsp = bytearray(_pdu(0x21, 0x80, itt, struct.pack(">H", len(sense)) + sense, **sn))
+            rsp[3] = 0x02
+            conn.sendall(bytes(rsp))
         elif self.mode == "good":
             data = bytes(edtl)
             conn.sendall(_pdu(0x25, 0x81, itt, data, **sn, b36=0, b40=0))
