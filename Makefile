@@ -28,10 +28,12 @@ install: build
 	@for p in $(PARTS); do if [ -f $$p/Makefile ]; then $(MAKE) --no-print-directory -C $$p install PREFIX=$(PREFIX) || exit 1; fi; done
 
 # lint-imports reads the four source folders as one namespace (the editable install's
-# finder is not a directory grimp can scan); the contract is in pyproject.toml.
+# finder is not a directory grimp can scan); the contract is in pyproject.toml. mypy checks
+# the whole package the same way: its four roots are [tool.mypy]'s mypy_path.
 lint: $(DEPS_STAMP)
 	$(PYTHON) -m ruff check .
 	PYTHONPATH=scripts:bpf:decoder:viz $(PYTHON) -c "from importlinter.cli import lint_imports_command as m; m()"
+	$(PYTHON) -m mypy
 
 test-c: build
 	@for p in $(PARTS); do if [ -f $$p/Makefile ]; then $(MAKE) --no-print-directory -C $$p test || exit 1; fi; done

@@ -43,7 +43,8 @@ def echo_rtt_samples(segs: SegmentsLike | None, out_dir: str,
     back = "t2i" if out_dir == "i2t" else "i2t"
     # The first time each value left, the first time it came back: later copies are
     # retransmissions or later segments of the same clock tick.
-    sides = {"tsval": (src.code("dir", out_dir), []), "tsecr": (src.code("dir", back), [])}
+    sides: dict[str, tuple[int, list[tuple[np.ndarray, np.ndarray]]]] = {
+        "tsval": (src.code("dir", out_dir), []), "tsecr": (src.code("dir", back), [])}
     for _, _, r in row_slices(src, ["ts_ns", "conn", "dir", "tsval", "tsecr"], slice_rows):
         for name, (code, found) in sides.items():
             v = r[name].astype(np.int64)

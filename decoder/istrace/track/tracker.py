@@ -15,7 +15,7 @@ given), `states` (CA-state intervals) and `events` (retransmit / dupack / loss_e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,7 +97,7 @@ def _joined(tables: list[TrackTable], columns: list[str]) -> TrackTable:
     return FrameTable(columns, concat_labelled(frames, columns))
 
 
-def _states(rows: list[tuple[object, ...]]) -> FrameTable:
+def _states(rows: Sequence[tuple[object, ...]]) -> FrameTable:
     """CA-state intervals as a table, the labels categorical as the events' (and as a
     written table reads back)."""
     df = pd.DataFrame(rows, columns=STATE_COLUMNS)
@@ -127,8 +127,8 @@ def _num(frame: pd.DataFrame, name: str) -> np.ndarray | None:
                                                                  na_value=np.nan)
 
 
-def _const(n: int, value: str) -> pd.Categorical:
-    return pd.Categorical.from_codes(np.zeros(n, np.int8), [value])
+def _const(n: int, value: str) -> pd.Categorical[str]:
+    return pd.Categorical.from_codes(np.zeros(n, np.int8), pd.Index([value]))
 
 
 # the probe events' columns track_events reads (the TCP layer's: docs/schema.md §1)
@@ -288,13 +288,13 @@ def _window_scales(segs: Segments) -> dict[tuple[str, str], int | None]:
                                  int(c["wscale"][i]))
     out: dict[tuple[str, str], int | None] = {}
     for conn in segs.conns():
-        a, b = shift.get((conn, "i2t")), shift.get((conn, "t2i"))
-        if a is None or b is None:
+        si, st = shift.get((conn, "i2t")), shift.get((conn, "t2i"))
+        if si is None or st is None:
             out[(conn, "i2t")] = out[(conn, "t2i")] = None  # SYN not captured: unknown
-        elif a < 0 or b < 0:
+        elif si < 0 or st < 0:
             out[(conn, "i2t")] = out[(conn, "t2i")] = 0
         else:
-            out[(conn, "i2t")], out[(conn, "t2i")] = a, b
+            out[(conn, "i2t")], out[(conn, "t2i")] = si, st
     return out
 
 
@@ -390,7 +390,7 @@ def _track_one(c: Segments, conn: str, d: str, host: str,
         res.samples = FrameSamples(_frame({
             **cols, "conn": _const(n, conn), "dir": _const(n, d), "host": _const(n, host),
             "source": _const(n, "estimated"),
-            "ca_state": pd.Categorical.from_codes(np.full(n, -1, np.int8), CA_STATES)},
+            "ca_state": pd.Categorical.from_codes(np.full(n, -1, np.int8), pd.Index(CA_STATES))},
             SAMPLE_COLUMNS, n))
     return res
 

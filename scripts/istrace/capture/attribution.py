@@ -15,7 +15,7 @@ bound, at least SLACK_NS); a command with no response lives to the end of the ca
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -279,7 +279,7 @@ class SeqIndex:
         groups = rows[valid].groupby(["conn", "dir"], sort=False, observed=True).indices
         sel = np.flatnonzero(valid)
         for key, pos in groups.items():
-            g = self._groups.get(key)
+            g = self._groups.get(cast(tuple[Any, Any], key))  # grouped by two columns
             if g is None:
                 continue
             pt, ps, po, starts, cmds = g

@@ -5,6 +5,7 @@ millions of strings (seconds a full-rate capture); a categorical compares its co
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,7 +30,7 @@ def label_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 
-def object_labels(values: object) -> pd.Categorical:
+def object_labels(values: Any) -> pd.Categorical:
     """Labels (text, missing allowed; a categorical keeps its codes) as a categorical whose
     categories are plain Python objects: union_categoricals joins only categoricals whose
     categories are of one kind, and pandas infers its text type for some and not others."""
@@ -68,7 +69,7 @@ def concat_labelled(frames: list[pd.DataFrame], columns: Sequence[str]) -> pd.Da
         return pd.DataFrame(columns=list(columns))
     if len(frames) == 1:  # the usual case (one connection, one direction): no copy
         return frames[0][list(columns)].reset_index(drop=True)
-    out = {}
+    out: dict[str, pd.Categorical | pd.Series] = {}
     for c in columns:
         parts = [f.pop(c) for f in frames]
         if all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):

@@ -115,5 +115,7 @@ class PduTables(MutableMapping[str, pd.DataFrame]):
 def _mask(m: Any) -> np.ndarray:
     """A mask of rows as booleans, a missing value (a comparison with a missing time) False."""
     if isinstance(m, pd.Series | pd.api.extensions.ExtensionArray):
-        return pd.array(m, dtype="boolean").fillna(False).to_numpy(bool)
+        # pandas-stubs type pd.array(..., "boolean") for sequences and numpy only; pandas
+        # takes a Series or an extension array too
+        return pd.array(m, dtype="boolean").fillna(False).to_numpy(bool)  # type: ignore[call-overload]
     return np.asarray(m, bool)

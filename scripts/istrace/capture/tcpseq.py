@@ -26,7 +26,8 @@ class Unwrapper:
     last value of the one before, so any slicing gives the offsets of one call."""
 
     def __init__(self, base: int) -> None:
-        self.base, self.last, self.wraps = base, None, 0
+        self.base, self.wraps = base, 0
+        self.last: int | None = None
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         if not len(values):

@@ -12,7 +12,7 @@ held from the tracking to the end (issue 17).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -252,7 +252,7 @@ class SampleWriter(SwapWriter):
         self.groups: list[tuple[Key, int]] = []
         self._pending_key: Key | None = None
 
-    def write(self, key: Key, cols: dict[str, object]) -> None:
+    def write(self, key: Key, cols: Mapping[str, object]) -> None:
         """Rows of one series, in time order: `ts_ns` and any of NUMBERS and ca_state (the
         others all missing)."""
         if key != self._pending_key:

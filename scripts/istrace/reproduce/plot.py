@@ -7,6 +7,7 @@ and writes one PNG. Measured points are markers joined by lines; models are thin
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import matplotlib
 import matplotlib.ticker
@@ -349,17 +350,19 @@ def plot_kernel(df: pd.DataFrame, path: Path, title: str) -> Path:
     ax.set_title("the block layer's split", fontsize=9)
     rd = df[df["kind"] == "readers"]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    series = rd.groupby([rd["cmds_max"].astype(int), rd["queue_depth"].astype(int)])
+    # keyed by the two int columns (cmds_max, queue_depth)
+    series = [(cast(tuple[int, int], k), g) for k, g in
+              rd.groupby([rd["cmds_max"].astype(int), rd["queue_depth"].astype(int)])]
     for i, ((cm, qd), part) in enumerate(sorted(series, key=lambda kv: (-kv[0][0], kv[0][1]))):
         part = part.sort_values("readers")
-        n = part["readers"].astype(int)
+        readers = part["readers"].astype(int)
         cq = pd.to_numeric(part["can_queue"], errors="coerce").max()
         # the kernel clamps the device's queue_depth to the host's can_queue
         cap = min(qd, int(cq)) if cq == cq else qd
         label = f"queue_depth {qd}" if cap == qd else f"cmds_max {cm}: can_queue {cap}"
         c = colors[(i + 1) % len(colors)]
-        axes[1].plot(n, part["tps"].astype(float), "-o", color=c, label=label)
-        axes[2].plot(n, part["max_outstanding"].astype(float), "-o", color=c, label=label)
+        axes[1].plot(readers, part["tps"].astype(float), "-o", color=c, label=label)
+        axes[2].plot(readers, part["max_outstanding"].astype(float), "-o", color=c, label=label)
         axes[2].axhline(cap, color=c, lw=0.8, ls="--")
     axes[1].set_ylabel("transactions/s (emulated CPU: the shape, not the rate)")
     axes[1].set_title("512-byte readers", fontsize=9)

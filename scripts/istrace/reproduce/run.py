@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,7 +135,8 @@ def parse_gen_json(stdout: str, allow_stall: bool = False) -> GenResult:
     iops = _first(obj, "iops")
     if math.isnan(iops) and secs > 0:
         iops = cmds / secs
-    lat_us = obj.get("lat_us") if isinstance(obj.get("lat_us"), dict) else {}
+    lat = obj.get("lat_us")
+    lat_us: dict[str, Any] = lat if isinstance(lat, dict) else {}
     p50 = _first(lat_us, "p50") / 1e3
     mean_lat = _first(lat_us, "mean", "avg") / 1e3
     outstanding = _first(obj, "outstanding_mean")
@@ -338,8 +340,7 @@ def _grouped_pass(sweep: SweepCSV, points: list[Row], group: Callable[[Row], tup
             continue
         try:
             with testbed(unique_name(tag), **bed(members[0])) as tb:
-                keep(run_points(sweep, members, lambda p, tb=tb: measure(tb, p), progress,
-                                summary))
+                keep(run_points(sweep, members, partial(measure, tb), progress, summary))
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - a testbed failing must not end the sweep

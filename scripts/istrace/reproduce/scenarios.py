@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from istrace.capture import layout
 
@@ -338,9 +338,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['name']} | {exp} | {got} | {ok} | {bare} | {ok2} |")
     n = len(rows)
     right = sum(bool(r.get("right")) for r in rows)
-    bare = sum(bool(r.get("noprobes_right")) for r in rows)
+    bare_right = sum(bool(r.get("noprobes_right")) for r in rows)
     lines += ["", f"Primary right with probes: {right}/{n} ({right / max(n, 1) * 100:.0f}%); "
-              f"without probes: {bare}/{n} ({bare / max(n, 1) * 100:.0f}%)."]
+              f"without probes: {bare_right}/{n} ({bare_right / max(n, 1) * 100:.0f}%)."]
     lines += ["", "With less data (" + "; ".join(
         f"{tag}: {', '.join(keep)}" + (f" cut to {snap} bytes" if snap else "") + ", no meta.json"
         for tag, keep, snap in LESS) + "): right, coarser, or unsure, never confidently wrong:",
@@ -404,6 +404,7 @@ def finish(out: Path) -> int:
     if not csv.is_file():
         print(f"istrace reproduce scenarios: no {csv}", file=sys.stderr)
         return 1
-    rows = pd.read_csv(csv, keep_default_na=False).to_dict("records")
+    # a CSV's column names are strings
+    rows = cast(list[dict[str, Any]], pd.read_csv(csv, keep_default_na=False).to_dict("records"))
     print(table(rows))
     return 0

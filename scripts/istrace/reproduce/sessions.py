@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 from istrace.reproduce import plot as repro_plot
@@ -143,7 +144,7 @@ def knee(part: pd.DataFrame, share: float = 0.9) -> int:
 
 def indistinguishable(part: pd.DataFrame) -> list[int]:
     """Counts whose interval overlaps the best mean's: the noise cannot rank them."""
-    top = part.loc[part["mbps"].idxmax()]
+    top = part.iloc[part["mbps"].argmax()]
     lo = top["mbps"] - (0.0 if math.isnan(top["ci95"]) else top["ci95"])
     reach = part["mbps"] + part["ci95"].fillna(0.0)
     return sorted(int(n) for n in part[reach >= lo]["sessions"])
@@ -171,15 +172,16 @@ def finish(out: Path, failed: int = 0) -> int:
           .to_string())
     for d, part in means.groupby("delay_ms"):
         one = part[part["sessions"] == 1]["mbps"]
-        top = part.loc[part["mbps"].idxmax()]
+        top = part.iloc[part["mbps"].argmax()]
         tie = indistinguishable(part)
-        print(f"sessions: {d:g} ms: 1 session {float(one.iloc[0]) if len(one) else 0:.2f} MB/s, "
+        one_mbps = float(one.to_numpy()[0]) if len(one) else 0
+        print(f"sessions: {d:g} ms: 1 session {one_mbps:.2f} MB/s, "
               f"best {top['mbps']:.2f} ± {top['ci95']:.2f} MB/s at {int(top['sessions'])} "
               f"sessions, 90% of best from {knee(part)} sessions; within the best's 95% "
               f"interval: {', '.join(map(str, tie))}")
-        s = search[search["delay_ms"].astype(float) == float(d)]
+        s = search[search["delay_ms"].astype(float) == float(cast(float, d))]  # a number column
         if not s.empty:
-            pick = s.loc[s["mbps"].astype(float).idxmax()]
+            pick = s.iloc[s["mbps"].astype(float).argmax()]
             n = int(pick["sessions"])
             close = n in tie if n in set(part["sessions"].astype(int)) else \
                 float(pick["mbps"]) >= top["mbps"] - (top["ci95"] if top["ci95"] > 0 else 0.0)

@@ -136,7 +136,7 @@ class Sampler(threading.Thread):
                 rec["sockets"] = []
                 if len(self.errors) < 5:
                     self.errors.append(f"ss on {host}: {exc}")
-            procs = {}
+            procs: dict[str, dict[str, Any]] = {}
             for what, pid in pids.get(host, {}).items():
                 t = tree_times(pid)
                 if t:

@@ -117,7 +117,7 @@ def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
                 exc.add_note(f"in the forked process:\n{text}")
                 raise exc
             raise ChildFailed(f"in the forked process:\n{text}")
-        return value  # type: ignore[no-any-return]
+        return value
     return give, wait
 
 
@@ -164,6 +164,6 @@ def hand_on(wait: Callable[[], T], give: Callable[[Any], None],
         t.join()
         if "error" in got:
             raise got["error"]
-        return got["value"]  # type: ignore[no-any-return]
+        return got["value"]
     return join
 

@@ -43,7 +43,7 @@ class Testbed(Protocol):
     ini_ip: str
     tgt_ip: str
 
-    def run_ini(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[Any]: ...
+    def run_ini(self, cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[Any]: ...
 
 TABLE_I2T, TABLE_T2I = 100, 101
 MID_IP = "10.77.0.254"

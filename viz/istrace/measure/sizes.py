@@ -27,9 +27,10 @@ def human_size(n: float) -> str:
 SIZE_EVENT_COLUMNS = ["ts_ns", "host", "layer", "event", "pid", "lba", "bytes", "lat_ns"]
 
 
-def block_sizes(commands: pd.DataFrame | None, events: pd.DataFrame | None) -> dict[str, object]:
+def block_sizes(commands: pd.DataFrame | None,
+                events: pd.DataFrame | None) -> dict[str, dict[str, float] | None]:
     """Syscall size vs block request size vs PDU block size (bytes per SCSI command)."""
-    out: dict[str, object] = {}
+    out: dict[str, dict[str, float] | None] = {}
 
     def mode(s: pd.Series) -> dict[str, float] | None:
         s = s.dropna()

@@ -95,9 +95,9 @@ def ladder_rows(pdus_i: pd.DataFrame | None, pdus_t: pd.DataFrame | None,
         if host == "target":
             ts = ts - offset_ns
         near_sends = (p["dir"] == "i2t").to_numpy() == (host == "initiator")
-        send = np.where(near_sends, ts, ts - owd)
-        recv = np.where(near_sends, ts + owd, ts)
-        frames.append(p.assign(t_send_ns=send, t_recv_ns=recv, estimated=True))
+        t_send = np.where(near_sends, ts, ts - owd)
+        t_recv = np.where(near_sends, ts + owd, ts)
+        frames.append(p.assign(t_send_ns=t_send, t_recv_ns=t_recv, estimated=True))
     m = frames[0]
     m = m[m["opcode_name"].notna()].sort_values("t_send_ns", kind="stable")
     # Fold runs of data PDUs of the same command and direction into one burst.
@@ -252,7 +252,7 @@ def _command_frames(commands_i: pd.DataFrame | None, commands_t: pd.DataFrame | 
                                         "bytes": c.get("bytes_in", byt), "label": "data"}))
     if commands_t is not None and not commands_t.empty:
         c = commands_t
-        cmd = c["cmd"]
+        cmd: pd.Series | np.ndarray = c["cmd"]
         if commands_i is not None and "itt" in c.columns and "itt" in commands_i.columns:
             # The same command in both decodes shares conn + ITT (+ LBA for reused tags).
             key = [k for k in ("conn", "itt", "lba") if k in c.columns and k in commands_i]
@@ -375,7 +375,9 @@ def _paired_spans(events: pd.DataFrame) -> pd.DataFrame:
     if ev.empty:
         return known
     has_lat = ev.groupby(["host", "layer"])["lat_ns"].apply(lambda x: x.notna().any())
-    ev = ev[~ev.set_index(["host", "layer"]).index.map(has_lat).to_numpy(dtype=bool)]
+    # pandas maps an index through a Series too; pandas-stubs type a mapping or a function only
+    ev = ev[~ev.set_index(["host", "layer"]).index.map(has_lat)  # type: ignore[arg-type]
+            .to_numpy(dtype=bool)]
     if ev.empty:
         return known
     generic = _tag_spans(ev.sort_values("ts_ns", kind="stable"))

@@ -72,8 +72,8 @@ def seq_graph(segs: SegmentsLike | None, d: str = "t2i", max_points: int = 20000
                 n_ack += int(ok.sum())
                 t_ack = [min(t_ack[0], int(t[ack][ok].min())), max(t_ack[1], int(t[ack][ok].max()))]
     # The receiver's window is scaled by the shift its SYN announced (if both SYNs had one).
-    shift = ws[rev] if ws[d] is not None and ws[rev] is not None and min(ws[d], ws[rev]) >= 0 \
-        else 0
+    ws_d, ws_rev = ws[d], ws[rev]
+    shift = ws_rev if ws_d is not None and ws_rev is not None and min(ws_d, ws_rev) >= 0 else 0
     seg_th = Thinner(n_seg, t_seg[0], t_seg[1], max_points)
     ack_th = Thinner(n_ack, t_ack[0], t_ack[1], max_points)
     unwrap_seg, unwrap_ack = tcpseq.Unwrapper(base), tcpseq.Unwrapper(base)

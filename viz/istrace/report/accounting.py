@@ -76,7 +76,7 @@ class Accounting:
         return {k: v / total for k, v in sorted(self.time_ns.items(), key=lambda kv: -kv[1])}
 
 
-def _coverage(intervals: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _coverage(intervals: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
     """Breakpoints (t, covered time before t) of a union of [start_ns, end_ns) intervals, so the
     covered time inside any [a, b] is one np.interp at b minus one at a."""
     if intervals is None or intervals.empty:
@@ -159,8 +159,9 @@ def cpu_use(cap: Any, window: tuple[int, int] | None = None) -> dict[str, dict[s
             out.setdefault(host, {})["all_cpus"] = float(x.mean())
             continue
         sampled = rows["cap"].dropna() if "cap" in rows.columns else pd.Series(dtype=float)
+        given = caps[what]
         limit = float(sampled.mean()) if not sampled.empty else (
-            float(caps[what]) / 100.0 if caps[what] else 1.0)
+            float(given) / 100.0 if given else 1.0)
         out.setdefault(host, {})[what] = float(x.mean()) / limit if limit > 0 else 0.0
     return out
 

@@ -6,7 +6,7 @@ which inputs were missing rather than guessing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -110,9 +110,9 @@ def diagnose(cap: Capture) -> dict[str, Any]:
     parts = []
     for key, name in (("syscall", "system call"), ("block", "block request"),
                       ("scsi_command", "SCSI command (PDU block size)")):
-        v = sizes.get(key)
-        if v:
-            parts.append(f"{name} {fmt_bytes(v['typical'])} (x{v['count']})")
+        size = sizes.get(key)
+        if size:
+            parts.append(f"{name} {fmt_bytes(size['typical'])} (x{size['count']})")
         else:
             parts.append(f"{name} unknown")
     msg = "Sizes: " + " -> ".join(parts) + "."
@@ -185,7 +185,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         out["idle_span_ns"] = int(bursts["end_ns"].max() - bursts["start_ns"].min()) \
             if len(bursts) else 0
         say(idle_sentence(out, d))
-        if not np.isnan(model):
+        if not np.isnan(model) and owd is not None and rate:  # (as the model needs)
             say(f"The study's model, PDU / (4 x one-way delay + PDU / throughput) busy, "
                 f"predicts {model * 100:.1f}% idle for PDU {fmt_bytes(pdu)}, one-way delay "
                 f"{owd * 1e3:.3f} ms ({out['delay_source']}), throughput {rate / 1e6:.1f} MB/s "
@@ -201,7 +201,7 @@ def diagnose(cap: Capture) -> dict[str, Any]:
         out["retransmits"] = track.retransmit_count(cap.track)
         for r in st.itertuples():
             say(f"TCP {r.state} ({r.source}, {r.dir}): {r.intervals} episodes, "
-                f"{r.total_ns / 1e6:.2f} ms in total.")
+                f"{cast(int, r.total_ns) / 1e6:.2f} ms in total.")
         if out["retransmits"]:
             hit = track.loss_commands(cap.track)
             cause = _loss_cause(cap, events, d, out["retransmits"])

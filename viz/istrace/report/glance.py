@@ -58,8 +58,9 @@ def headline(meta: dict[str, Any], v: dict[str, Any]) -> str:
     owd = one_way_ms(meta)
     parts.append(f"one-way delay {owd:g} ms" if owd is not None else
                  "one-way delay not set (real path)")
-    wl = meta.get("workload") if isinstance(meta.get("workload"), dict) else {}
-    if (wl or {}).get("command"):
+    got = meta.get("workload")
+    wl: dict[str, Any] = got if isinstance(got, dict) else {}
+    if wl.get("command"):
         parts.append(f"workload <code>{e(str(wl['command']))}</code>")
     settings = _settings(meta)
     if settings:
