@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from istrace.capture import orderstat
+from istrace.capture.segsource import SegmentsLike
 from istrace.capture.tracksamples import Samples, SamplesLike, as_samples
 from istrace.measure.bursts import burst_gap_threshold, data_bursts
 from istrace.measure.payload import payload_totals
@@ -260,7 +261,7 @@ def _one_cause(n: int, cause: str) -> np.ndarray:
     return out
 
 
-def _window_cause(samples: SamplesLike, at: np.ndarray, mss: float, conn: str | None = None,
+def _window_cause(samples: SamplesLike | None, at: np.ndarray, mss: float, conn: str | None = None,
                   d: str | None = None) -> np.ndarray:
     """For each time in `at`: which window held in-flight data back, over the samples of
     connection `conn` and direction `d` (None: all). Bytes in flight and the receive window
@@ -294,7 +295,7 @@ def _window_cause(samples: SamplesLike, at: np.ndarray, mss: float, conn: str | 
     return cause
 
 
-def _below_ceiling(samples: SamplesLike, at: np.ndarray, sender: str, episodes: np.ndarray,
+def _below_ceiling(samples: SamplesLike | None, at: np.ndarray, sender: str, episodes: np.ndarray,
                    conn: str | None = None, d: str | None = None) -> np.ndarray:
     """For each time in `at`: whether the sender's window is below CUT of the highest it
     reached on the connection. After a loss a window held below that is the loss's doing (a
@@ -409,8 +410,8 @@ def _chrono_cause(sock: pd.DataFrame | None, a: np.ndarray, b: np.ndarray,
     return out
 
 
-def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
-                       r2t_ts: np.ndarray, samples: SamplesLike, states: pd.DataFrame,
+def account_connection(acc: Accounting, segs: SegmentsLike, cmds: pd.DataFrame | None,
+                       r2t_ts: np.ndarray, samples: SamplesLike | None, states: pd.DataFrame | None,
                        sock: pd.DataFrame | None, capacity_bps: float | None,
                        cpu: dict[str, float], link_busy: float | None = None,
                        first_loss_ns: int | None = None,
@@ -452,8 +453,8 @@ def account_connection(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame |
                                     "span_ns": one.span_ns}
 
 
-def _classify(acc: Accounting, segs: pd.DataFrame, cmds: pd.DataFrame | None,
-              r2t_ts: np.ndarray, samples: SamplesLike, states: pd.DataFrame,
+def _classify(acc: Accounting, segs: SegmentsLike, cmds: pd.DataFrame | None,
+              r2t_ts: np.ndarray, samples: SamplesLike | None, states: pd.DataFrame | None,
               sock: pd.DataFrame | None, capacity_bps: float | None,
               cpu: dict[str, float], first_loss_ns: int | None,
               pdu_spans: tuple[np.ndarray, np.ndarray] | None,
@@ -586,8 +587,9 @@ def _account_idle(acc: Accounting, cmds: pd.DataFrame | None, r2t_ts: np.ndarray
     return pending
 
 
-def _account_held_back(acc: Accounting, segs: pd.DataFrame, samples: SamplesLike,
-                       states: pd.DataFrame, sock: pd.DataFrame | None, cpu: dict[str, float],
+def _account_held_back(acc: Accounting, segs: SegmentsLike, samples: SamplesLike | None,
+                       states: pd.DataFrame | None, sock: pd.DataFrame | None,
+                       cpu: dict[str, float],
                        first_loss_ns: int | None,
                        pdu_spans: tuple[np.ndarray, np.ndarray] | None, conn: str | None,
                        pa: np.ndarray, pb: np.ndarray, left: np.ndarray) -> None:
