@@ -1,0 +1,137 @@
+"""What a derived table was made from, and whether it may still be trusted.
+
+A decode (decoded/<host>/inputs.json) and a merge (merged.inputs.json) record, as their last
+step, each input's size, modification time and first bytes. An input is then judged:
+  same     size and time as recorded;
+  cut      shorter, with the same first bytes: the same capture cut short (a disk that
+           filled, a copy broken off). The tables made from the longer one are kept, and
+           said to be kept (one line): a shorter file never replaces what a longer one gave;
+  changed  anything else (written again, grown, another file): made again.
+A table with no record (an older istrace's, or a run killed before its last step) is judged
+by time alone: newer than every input. The writers remove the record before they replace a
+table, so a killed run is judged by time, never by a record of the tables it replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from istrace.capture import layout
+
+HEAD = 4096  # the first bytes compared: a pcap's header and first packets, their times
+
+SAME, CUT, CHANGED, NONE = "same", "cut", "changed", "none"
+
+
+def signature(p: Path) -> dict[str, Any]:
+    st = p.stat()
+    return {"name": p.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "head": _head(p, min(HEAD, st.st_size)), "head_len": min(HEAD, st.st_size)}
+
+
+def _head(p: Path, n: int) -> str:
+    with open(p, "rb") as f:
+        return hashlib.sha256(f.read(n)).hexdigest()
+
+
+def write(stamp: Path, inputs: Iterable[Path]) -> None:
+    """The record of `inputs` (signatures taken before the table was made) as `stamp`.
+    (swapwrite, and pyarrow with it, imported here: decoderun, which imports this module,
+    starts the decoders before the analysis' libraries load.)"""
+    from istrace.capture.swapwrite import replace_text
+
+    replace_text(stamp, json.dumps({"inputs": list(inputs)}, indent=1) + "\n")
+
+
+def signatures(inputs: Iterable[Path]) -> list[dict[str, Any]]:
+    return [signature(p) for p in inputs if p.is_file()]
+
+
+def _judge_one(rec: dict[str, Any], p: Path) -> str:
+    st = p.stat()
+    if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
+        return SAME
+    n = int(rec.get("head_len", 0))
+    if st.st_size < int(rec.get("size", 0)) and (
+            st.st_size < n or _head(p, n) == rec.get("head")):
+        return CUT
+    return CHANGED
+
+
+def judge(stamp: Path, inputs: Iterable[Path]) -> tuple[str, list[Path]]:
+    """(SAME | CUT | CHANGED | NONE, the inputs found cut) of the table `stamp` records.
+    NONE: no readable record. An input that appeared or went since: CHANGED."""
+    try:
+        doc = json.loads(stamp.read_text())
+        recorded = {r["name"]: r for r in doc["inputs"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return NONE, []
+    now = {p.name: p for p in inputs if p.is_file()}
+    if set(now) != set(recorded):
+        return CHANGED, []
+    found = {name: _judge_one(recorded[name], p) for name, p in now.items()}
+    if CHANGED in found.values():
+        return CHANGED, []
+    cut = [now[n] for n in sorted(found) if found[n] == CUT]
+    return (CUT if cut else SAME), cut
+
+
+def kept_note(table: str, cut: list[Path], stamp: Path) -> str:
+    """The one line that says tables made from longer inputs were kept."""
+    try:
+        rec = {r["name"]: r["size"] for r in json.loads(stamp.read_text())["inputs"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        rec = {}
+    sizes = ", ".join(f"{p.stat().st_size} < {rec.get(p.name, '?')} bytes" for p in cut)
+    names = " and ".join(p.name for p in cut)
+    return (f"{names} is shorter than when {table} was made from it ({sizes}, the same "
+            f"first bytes: cut short): kept {table}, made from the longer file; remove "
+            f"{table} to analyse {names} as it is now")
+
+
+_said: set[str] = set()
+
+
+def say_once(line: str) -> None:
+    """A notice on stderr, once per process."""
+    if line not in _said:
+        _said.add(line)
+        print(f"istrace: {line}", file=sys.stderr)
+
+
+def merge_state(d: Path) -> str | None:
+    """Why d's merge must be made again (None: merged.parquet and what was made with it may
+    be trusted): missing, unreadable, made from other inputs than the capture's."""
+    merged = d / layout.MERGED
+    if not merged.is_file():
+        return "no merged.parquet"
+    bad = unreadable(merged)
+    if bad:
+        return f"merged.parquet unreadable ({bad})"
+    inputs = layout.capture_inputs(d)
+    state, cut = judge(d / layout.MERGE_INPUTS, inputs)
+    if state == CUT:
+        say_once(kept_note(str(merged), cut, d / layout.MERGE_INPUTS))
+    if state in (SAME, CUT):
+        return None
+    if state == NONE and not layout.older_than(merged, *inputs) \
+            and (d / layout.CLOCK).is_file() and not layout.older_than(d / layout.CLOCK, *inputs):
+        return None  # an older istrace's merge, or a merge killed before its record
+    return "merged.parquet older than the capture"
+
+
+def unreadable(path: Path) -> str | None:
+    """Why a Parquet file cannot be read (its footer: garbage or a cut file), or None.
+    pyarrow imported here only: decoderun, which imports this module, stays light."""
+    import pyarrow.parquet as pq
+
+    try:
+        pq.ParquetFile(path).metadata  # noqa: B018 - reading the footer is the check
+    except (OSError, ValueError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
