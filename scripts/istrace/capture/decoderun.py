@@ -133,8 +133,8 @@ def state(out: Path, pcap: Path) -> str:
     """How the tables in `out` stand to `pcap` (stamps.SAME, CUT, CHANGED); with no record, by
     time: pdus.csv (else segments.bin) newer than the pcap is SAME. A CUT is said, once."""
     s, cut = stamps.judge(out / layout.INPUTS, [pcap])
-    if s == stamps.CUT:
-        stamps.say_once(stamps.kept_note(f"{out}/", cut, out / layout.INPUTS))
+    for p in cut:
+        stamps.say_once(stamps.kept_note(p, out / layout.INPUTS))
     if s != stamps.NONE:
         return s
     table = out / layout.PDUS if (out / layout.PDUS).is_file() else out / layout.SEGMENTS

@@ -199,9 +199,8 @@ def load_capture(d: str | Path, decode: bool = True,
             if (cand / layout.PDUS).is_file():
                 found = cand
                 if cand == layout.decoded_dir(d, host):
-                    if stamps.judge(cand / layout.INPUTS, [pcap])[0] == stamps.CUT:
-                        cap.warnings.append(f"{pcap.name} was cut short since it was decoded: "
-                                            f"the tables of the longer one kept ({cand})")
+                    for p in stamps.judge(cand / layout.INPUTS, [pcap])[1]:
+                        cap.warnings.append(stamps.kept_note(p, cand / layout.INPUTS))
                 elif layout.older_than(cand / layout.PDUS, pcap):
                     cap.warnings.append(f"{cand / layout.PDUS} is older than {pcap.name}: "
                                         "decoded from an earlier pcap? (decoded by hand: "

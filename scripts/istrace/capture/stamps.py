@@ -81,17 +81,18 @@ def judge(stamp: Path, inputs: Iterable[Path]) -> tuple[str, list[Path]]:
     return (CUT if cut else SAME), cut
 
 
-def kept_note(table: str, cut: list[Path], stamp: Path) -> str:
-    """The one line that says tables made from longer inputs were kept."""
+def kept_note(cut: Path, stamp: Path) -> str:
+    """The one line that says the tables made from `cut` when it was longer were kept (the
+    same line whichever table's record found it: said once)."""
     try:
         rec = {r["name"]: r["size"] for r in json.loads(stamp.read_text())["inputs"]}
     except (OSError, ValueError, KeyError, TypeError):
         rec = {}
-    sizes = ", ".join(f"{p.stat().st_size} < {rec.get(p.name, '?')} bytes" for p in cut)
-    names = " and ".join(p.name for p in cut)
-    return (f"{names} is shorter than when {table} was made from it ({sizes}, the same "
-            f"first bytes: cut short): kept {table}, made from the longer file; remove "
-            f"{table} to analyse {names} as it is now")
+    host = next((h for h in layout.HOSTS if cut.name == layout.pcap(cut.parent, h).name), None)
+    tables = f"decoded/{host}/ and {layout.MERGED}" if host else layout.MERGED
+    return (f"{cut} is shorter than when it was analysed ({cut.stat().st_size} < "
+            f"{rec.get(cut.name, '?')} bytes, the same first bytes: cut short): kept the "
+            f"tables made from the longer file; remove {tables} to analyse it as it is now")
 
 
 _said: set[str] = set()
@@ -102,6 +103,11 @@ def say_once(line: str) -> None:
     if line not in _said:
         _said.add(line)
         print(f"istrace: {line}", file=sys.stderr)
+
+
+def said(line: str) -> bool:
+    """Whether say_once said it already (a report's warnings are not said twice)."""
+    return line in _said
 
 
 def merge_state(d: Path) -> str | None:
@@ -115,8 +121,8 @@ def merge_state(d: Path) -> str | None:
         return f"merged.parquet unreadable ({bad})"
     inputs = layout.capture_inputs(d)
     state, cut = judge(d / layout.MERGE_INPUTS, inputs)
-    if state == CUT:
-        say_once(kept_note(str(merged), cut, d / layout.MERGE_INPUTS))
+    for p in cut:
+        say_once(kept_note(p, d / layout.MERGE_INPUTS))
     if state in (SAME, CUT):
         return None
     if state == NONE and not layout.older_than(merged, *inputs) \

@@ -97,7 +97,8 @@ def _report(d: Path, args: argparse.Namespace) -> int:
         print(f"istrace report: {exc}", file=sys.stderr)
         return 2
     for w in diag["warnings"]:
-        print(f"WARNING: {w}", file=sys.stderr)
+        if not stamps.said(w):  # said when it was found
+            print(f"WARNING: {w}", file=sys.stderr)
     for f in diag["findings"]:
         print(f"- {f}")
     for m in diag["missing"]:
