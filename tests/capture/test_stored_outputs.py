@@ -73,6 +73,30 @@ def test_a_cut_pcap_keeps_the_tables_of_the_longer_one(good, tmp_path):
         len(tables[d / "decoded" / "target" / layout.SEGMENTS])
 
 
+def test_a_cut_pcap_keeps_an_older_istraces_tables(good, tmp_path):
+    """Tables with no record of their pcap (an older istrace's): the pcap decoded again, and
+    its tables kept when the new ones start with the same PDU and have fewer."""
+    _, done = good
+    d = full_copy(done, tmp_path / "old")
+    for record in (d / "decoded" / "target" / layout.INPUTS, d / layout.MERGE_INPUTS):
+        record.unlink()
+    pcap = d / "target.pcap"
+    with open(pcap, "r+b") as f:
+        f.truncate(pcap.stat().st_size // 2)
+    pdus = (d / "decoded" / "target" / layout.PDUS).read_bytes()
+    for _ in range(2):  # the second run finds the tables recorded as kept
+        r = istrace("report", str(d))
+        assert r.returncode == 0, r.stderr[-3000:]
+        no_traceback(r)
+        assert _lines(r.stderr, "is shorter than when it was analysed") == [
+            f"istrace: {pcap} is shorter than when it was analysed ({pcap.stat().st_size} "
+            "bytes, fewer PDUs than its tables of an earlier analysis, the same first one: "
+            "cut short): kept the tables made from the longer file; remove decoded/target/ "
+            "and merged.parquet to analyse it as it is now"], r.stderr
+        assert (d / "decoded" / "target" / layout.PDUS).read_bytes() == pdus
+        assert verdict(d) == verdict(done)
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_a_corrupt_merged_parquet_is_made_again(good, tmp_path, damage):
     _, done = good

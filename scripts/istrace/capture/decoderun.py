@@ -84,6 +84,12 @@ class Decoding:
             _, err = self._proc.communicate(timeout=timeout)
             _check(self._proc.returncode, err)
             self.out.mkdir(parents=True, exist_ok=True)
+            if _shorter_copy(self._part, self.out):
+                # an older istrace's tables (no record) of a longer copy of this pcap: kept,
+                # and recorded as such (stamps.judge says CUT from now on)
+                stamps.write(self.out / layout.INPUTS, self._source, cut=True)
+                state(self.out, self.pcap)  # said
+                return self.out
             (self.out / layout.INPUTS).unlink(missing_ok=True)
             names = sorted(os.listdir(self._part), key=lambda n: n == layout.PDUS)
             for name in names:
@@ -99,6 +105,19 @@ class Decoding:
             self._proc.kill()
             self._proc.communicate()
         shutil.rmtree(self._part, ignore_errors=True)
+
+
+def _shorter_copy(new: Path, old: Path) -> bool:
+    """Whether `new` holds the tables of a shorter copy of the pcap `old`'s tables, which have
+    no record, were decoded from: the same first PDU (pdus.csv's header and first row), a
+    shorter pdus.csv."""
+    a, b = new / layout.PDUS, old / layout.PDUS
+    if (old / layout.INPUTS).is_file() or not a.is_file() or not b.is_file():
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        head = [fa.readline(), fa.readline()]
+        same = head == [fb.readline(), fb.readline()] and head[1].strip() != b""
+    return same and a.stat().st_size < b.stat().st_size
 
 
 def decode_to_dir(pcap: str | Path, outdir: str | Path, ports: Iterable[int] = (),

@@ -39,13 +39,16 @@ def _head(p: Path, n: int) -> str:
         return hashlib.sha256(f.read(n)).hexdigest()
 
 
-def write(stamp: Path, inputs: Iterable[Path]) -> None:
+def write(stamp: Path, inputs: Iterable[dict[str, Any]], cut: bool = False) -> None:
     """The record of `inputs` (signatures taken before the table was made) as `stamp`.
     (swapwrite, and pyarrow with it, imported here: decoderun, which imports this module,
     starts the decoders before the analysis' libraries load.)"""
     from istrace.capture.swapwrite import replace_text
 
-    replace_text(stamp, json.dumps({"inputs": list(inputs)}, indent=1) + "\n")
+    doc: dict[str, Any] = {"inputs": list(inputs)}
+    if cut:  # the tables kept are of a longer copy of these inputs (decoderun._shorter_copy)
+        doc["cut"] = True
+    replace_text(stamp, json.dumps(doc, indent=1) + "\n")
 
 
 def signatures(inputs: Iterable[Path]) -> list[dict[str, Any]]:
@@ -77,7 +80,7 @@ def judge(stamp: Path, inputs: Iterable[Path]) -> tuple[str, list[Path]]:
     found = {name: _judge_one(recorded[name], p) for name, p in now.items()}
     if CHANGED in found.values():
         return CHANGED, []
-    cut = [now[n] for n in sorted(found) if found[n] == CUT]
+    cut = [now[n] for n in sorted(found) if found[n] == CUT or doc.get("cut")]
     return (CUT if cut else SAME), cut
 
 
@@ -90,8 +93,10 @@ def kept_note(cut: Path, stamp: Path) -> str:
         rec = {}
     host = next((h for h in layout.HOSTS if cut.name == layout.pcap(cut.parent, h).name), None)
     tables = f"decoded/{host}/ and {layout.MERGED}" if host else layout.MERGED
-    return (f"{cut} is shorter than when it was analysed ({cut.stat().st_size} < "
-            f"{rec.get(cut.name, '?')} bytes, the same first bytes: cut short): kept the "
+    now, then = cut.stat().st_size, rec.get(cut.name, "?")
+    how = f"{now} < {then} bytes, the same first bytes" if then != now else \
+        f"{now} bytes, fewer PDUs than its tables of an earlier analysis, the same first one"
+    return (f"{cut} is shorter than when it was analysed ({how}: cut short): kept the "
             f"tables made from the longer file; remove {tables} to analyse it as it is now")
 
 
