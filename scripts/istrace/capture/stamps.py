@@ -9,7 +9,9 @@ step, each input's size, modification time and first bytes. An input is then jud
   changed  anything else (written again, grown, another file): made again.
 A table with no record (an older istrace's, or a run killed before its last step) is judged
 by time alone: newer than every input. The writers remove the record before they replace a
-table, so a killed run is judged by time, never by a record of the tables it replaced.
+table, so a killed run is judged by time, never by a record of the tables it replaced. (A
+decode with no record that a shorter copy of its pcap would replace is kept by
+decoderun._shorter_copy, and recorded with `cut`: judged CUT from then on.)
 """
 
 from __future__ import annotations
