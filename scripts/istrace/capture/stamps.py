@@ -2,7 +2,8 @@
 
 A decode (decoded/<host>/inputs.json) and a merge (merged.inputs.json) record, as their last
 step, each input's size, modification time and first bytes. An input is then judged:
-  same     size and time as recorded;
+  same     size and time as recorded (or another time, but not after the record's, and the
+           same first bytes: a copy that kept times, not written again since);
   cut      shorter, with the same first bytes: the same capture cut short (a disk that
            filled, a copy broken off). The tables made from the longer one are kept, and
            said to be kept (one line): a shorter file never replaces what a longer one gave;
@@ -57,11 +58,12 @@ def signatures(inputs: Iterable[Path]) -> list[dict[str, Any]]:
     return [signature(p) for p in inputs if p.is_file()]
 
 
-def _judge_one(rec: dict[str, Any], p: Path) -> str:
+def _judge_one(rec: dict[str, Any], p: Path, made_ns: int) -> str:
     st = p.stat()
-    if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
-        return SAME
     n = int(rec.get("head_len", 0))
+    if st.st_size == rec.get("size") and (st.st_mtime_ns == rec.get("mtime_ns") or (
+            st.st_mtime_ns <= made_ns and _head(p, n) == rec.get("head"))):
+        return SAME  # as recorded, or its time changed but not to after the record's
     if st.st_size < int(rec.get("size", 0)) and (
             st.st_size < n or _head(p, n) == rec.get("head")):
         return CUT
@@ -79,7 +81,8 @@ def judge(stamp: Path, inputs: Iterable[Path]) -> tuple[str, list[Path]]:
     now = {p.name: p for p in inputs if p.is_file()}
     if set(now) != set(recorded):
         return CHANGED, []
-    found = {name: _judge_one(recorded[name], p) for name, p in now.items()}
+    made = stamp.stat().st_mtime_ns
+    found = {name: _judge_one(recorded[name], p, made) for name, p in now.items()}
     if CHANGED in found.values():
         return CHANGED, []
     cut = [now[n] for n in sorted(found) if found[n] == CUT or doc.get("cut")]
