@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from istrace.capture import lock, place
+from istrace.capture import layout, lock, place
 
 
 def _port(text: str) -> int:
@@ -56,7 +56,12 @@ class NoPlace(Exception):
 @contextmanager
 def working(prog: str, d: Path, into_capture: bool = True) -> Iterator[Path]:
     """The directory to analyse d in (place.analysis_dir, named in one line when it is not
-    d), held alone for the block (lock.held). NoPlace when the cache cannot be made."""
+    d), held alone for the block (lock.held). NoPlace when the cache cannot be made. A
+    directory with nothing to analyse is given back as it is, for the command to refuse:
+    nothing is made in it or for it."""
+    if not layout.has_capture_input(d):
+        yield d
+        return
     try:
         work, note = place.analysis_dir(d, into_capture)
     except OSError as exc:
