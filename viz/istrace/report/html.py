@@ -26,7 +26,7 @@ from istrace.plot.render import (
     span_parts,
     split_kinds,
 )
-from istrace.report import perfetto
+from istrace.report import caveats, perfetto
 from istrace.report.diagnosis import diagnose
 from istrace.system import forked, freed
 from istrace.track.of_capture import track_to_file
@@ -57,6 +57,7 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
     v = diag.get("verdict")
     if v:
         parts.append(f"<h2>Verdict</h2><p class='verdict'><b>Limited by:</b> {e(v['text'])}</p>")
+        parts.append(caveats.render(v))
         shares = v.get("shares") or {}
         if shares:
             parts.append("<table><tr><th>cause</th><th>share of the time</th></tr>" + "".join(

@@ -13,12 +13,10 @@ import numpy as np
 import pandas as pd
 from istrace.capture import orderstat
 from istrace.capture.load import Capture
-from istrace.capture.meta import meta_number, one_way_ms
-from istrace.capture.segsource import payload_slices
-from istrace.capture.slices import SLICE_ROWS
+from istrace.capture.meta import one_way_ms
 from istrace.plot import data
 from istrace.plot.render import data_dir, data_spans, sender_segs
-from istrace.report import accounting
+from istrace.report import accounting, checks
 from istrace.report.advice import what_would_help
 from istrace.system import freed
 from istrace.track import tracker as track
@@ -73,57 +71,9 @@ AMBIGUOUS = {
 
 
 def capacity(cap: Capture) -> tuple[float | None, str]:
-    """Bytes/s of payload the path can carry, and where that figure comes from."""
-    tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
-    rates = [float(r) for r in ((tb or {}).get("rate_mbit"), (tb or {}).get("nic_rate_mbit"))
-             if isinstance(r, int | float) and r > 0]
-    if rates:
-        # Payload of a full 1500-byte frame: 1448 of 1514 bytes on the wire.
-        return min(rates) * 1e6 / 8 * 1448 / 1514, "testbed rate setting (meta.json)"
-    sock = meta_number(cap.meta, "socket_Bps", "socket_bytes_per_s")
-    mbps = meta_number(cap.meta, "socket_MBps", "socket_mbps_MB")
-    if sock is None and mbps is not None:
-        sock = mbps * 1e6
-    if sock:
-        return sock, "plain-socket baseline measured on the same path (meta.json)"
-    if tb:
-        return None, "unknown (the testbed's path has no rate limit: the hosts set the pace)"
-    est = dispersion_capacity(cap)
-    if est:
-        return est, "estimated from packet dispersion at the receiver"
-    return None, "unknown"
-
-
-def dispersion_capacity(cap: Capture, rows: int = SLICE_ROWS) -> float | None:
-    """The bottleneck's rate as the receiver saw it: full-sized data segments arriving back to
-    back are spaced by their serialisation at the slowest link (packet pairs); the median of
-    those pair rates (on a 200 Mbit/s testbed path: 24.1 MB/s for 23.9 of payload; the 90th
-    percentile read 40, jitter in the path squeezing some pairs together)."""
-    d = data_dir(cap)
-    recv = cap.segs.get("initiator" if d == "t2i" else "target")
-    if recv is None or recv.empty:
-        return None
-    # the receiver's data segments in time order, a slice at a time (not a sorted copy of
-    # millions of rows): each pair of neighbours, the last segment of a slice carried into
-    # the next
-    totals = data.payload_totals(recv, d)
-    if int(totals["segments"].sum()) < 100:
-        return None
-    mss = int(totals["largest"].max())
-    rates, carry = [], None
-    for sl in payload_slices(recv, d, ("ts_ns", "len", "conn"), rows=rows):
-        if carry is not None:
-            sl = {k: np.concatenate([carry[k], v]) for k, v in sl.items()}
-        ts, ln, cc = sl["ts_ns"].astype(np.int64), sl["len"].astype(np.float64), sl["conn"]
-        same = (cc[1:] == cc[:-1]) & (ln[1:] >= mss)
-        dt = np.diff(ts).astype(np.float64)
-        ok = same & (dt > 0)
-        rates.append(ln[1:][ok] / (dt[ok] / 1e9))
-        carry = {k: v[-1:] for k, v in sl.items()}
-    r = np.concatenate(rates)
-    if len(r) < 50:
-        return None
-    return float(np.median(r))
+    """Bytes/s of payload the path can carry, and where that figure comes from: the path's
+    own (istrace.report.capacity) unless the capture contradicts it (istrace.report.checks)."""
+    return checks.of(cap).capacity
 
 
 def rtt_stats(cap: Capture, d: str) -> dict[str, float | None]:
@@ -376,14 +326,17 @@ def cpu_near(primary: str, cpu: dict[str, float]) -> str | None:
 
 def decide(cap: Capture) -> dict[str, Any]:
     """The verdict as a dict (the content of verdict.json)."""
+    found = checks.of(cap)  # the inputs' cross-checks: each failed one makes it unsure
     out: dict[str, Any] = {"schema": SCHEMA, "primary": None, "secondary": [], "shares": {},
                            "unsure": True, "unsure_why": [], "help": [],
-                           "missing": list(cap.missing), "evidence": {}}
+                           "missing": list(dict.fromkeys([*cap.missing, *found.missing])),
+                           "caveats": [c.as_dict() for c in found.caveats], "evidence": {}}
     acc = account(cap)
     if acc is None or not acc.time_ns:
         out["primary"] = {"cause": "unknown", "layer": "unknown", "share": None,
                           "text": "unknown (no data segments to account)"}
         out["unsure_why"].append("no data segments in either pcap")
+        out["unsure_why"] += [c.text for c in found.caveats]
         out["text"] = "unknown (no data segments)."
         return out
     shares = acc.shares()
@@ -392,7 +345,7 @@ def decide(cap: Capture) -> dict[str, Any]:
     out["shares"] = {k: round(v, 4) for k, v in shares.items()}
     out["span_s"] = acc.span_ns / 1e9
     out["notes"] = acc.notes
-    unsure = list(dict.fromkeys(acc.unsure))
+    unsure = list(dict.fromkeys([*acc.unsure, *(c.text for c in found.caveats)]))
 
     ranked = [k for k in shares if k != "sending_unexplained"] + \
         (["sending_unexplained"] if "sending_unexplained" in shares else [])
@@ -409,9 +362,9 @@ def decide(cap: Capture) -> dict[str, Any]:
     if share - runner_up < 0.1:
         unsure.append(f"two causes hold nearly equal shares ({share * 100:.0f}% and "
                       f"{runner_up * 100:.0f}%)")
-    caveats = [f"{k}: {AMBIGUOUS[k]}" for k in ranked[1:]
-               if k in AMBIGUOUS and shares[k] >= SECONDARY]
-    out["caveats"] = caveats
+    # a secondary cause the capture could not split: a caveat, not a reason to be unsure
+    out["caveats"] += [{"code": k, "text": AMBIGUOUS[k]} for k in ranked[1:]
+                       if k in AMBIGUOUS and shares[k] >= SECONDARY]
     layer, words = CAUSES.get(primary, ("unknown", primary))
     out["primary"] = {"cause": primary, "layer": layer, "share": round(share, 4),
                       "text": words}
