@@ -1,4 +1,4 @@
-"""The bottleneck rate from packet pairs at the receiver (capacity.dispersion_capacity): the
+"""The bottleneck rate from packet pairs at the receiver (verdict.dispersion_capacity): the
 median rate of back-to-back full-sized segments of one connection, whatever the slicing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from istrace.capture.load import Capture
-from istrace.report.capacity import dispersion_capacity
+from istrace.report.verdict import dispersion_capacity
 
 A, B = "10.0.0.1:40000-10.0.0.2:3260", "10.0.0.1:40001-10.0.0.2:3260"
 

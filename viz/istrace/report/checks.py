@@ -20,21 +20,24 @@ then unsure, giving the sentences as its reasons:
                       the path's capacity estimated from the capture is below the rate of the
                       sender's data bursts: the estimate is wrong, so no link is claimed full
 
-The capacity the verdict uses is decided here too (`capacity`): the path's own figure
-(istrace.report.capacity) unless the capture contradicts it, then unknown.
+The capacity the verdict uses is decided here too (`Checked.capacity`): the path's figure the
+verdict works out (from meta.json, else estimated from the capture) unless the capture
+contradicts the estimate, then unknown. The measures are the verdict's, handed in as calls:
+this module reads the capture's inputs, not its pictures (no istrace.plot).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from istrace.capture import decoderun, layout
 from istrace.capture.events import EventStream
 from istrace.capture.load import Capture
-from istrace.plot import data
-from istrace.plot.render import data_dir, sender_segs
-from istrace.report.capacity import ESTIMATED, path_capacity
+
+# where a capacity figure estimated from the capture itself comes from (held to the bursts)
+ESTIMATED = "estimated from packet dispersion at the receiver"
 
 # Two ends' counts of one transfer differ by a few at most (a capture started or stopped a
 # packet apart); more than this share, and more than COUNT_SLACK, is a pcap missing part of it.
@@ -67,14 +70,19 @@ class Checked:
     capacity: tuple[float | None, str] = (None, "unknown")
 
 
-def of(cap: Capture) -> Checked:
-    """The checks of `cap`, worked out on the first call and kept with it."""
+Capacity = Callable[[], tuple[float | None, str]]
+
+
+def of(cap: Capture, capacity: Capacity, burst_peak: Callable[[], float | None]) -> Checked:
+    """The checks of `cap`, worked out on the first call and kept with it. `capacity`: the
+    path's capacity figure and its source; `burst_peak`: the median rate of the sender's data
+    bursts (bytes/s), asked for only when the figure is an estimate."""
     if cap.checks is None:
-        cap.checks = _check(cap)
+        cap.checks = _check(cap, capacity, burst_peak)
     return cap.checks
 
 
-def _check(cap: Capture) -> Checked:
+def _check(cap: Capture, capacity: Capacity, burst_peak: Callable[[], float | None]) -> Checked:
     out = Checked()
     out.caveats += _meta(cap)
     out.caveats += _pcaps(cap)
@@ -83,8 +91,11 @@ def _check(cap: Capture) -> Checked:
     out.caveats += _counts(cap)
     out.caveats += _apart(cap)
     for path in layout.events_files(cap.dir):
-        out.caveats += _stream(path)
-    out.capacity, contradicted = _capacity(cap)
+        found = _stream(path)
+        out.caveats += found
+        out.missing += [f"probe events of {layout.events_host(path)} ({path.name} holds none)"
+                        for c in found if c.code == "events_empty"]
+    out.capacity, contradicted = _capacity(capacity(), burst_peak)
     out.caveats += contradicted
     return out
 
@@ -133,21 +144,15 @@ def _counts(cap: Capture) -> list[Caveat]:
 
 
 def _apart(cap: Capture) -> list[Caveat]:
-    """Whether the two ends' data, each on its own host's clock, overlap in time."""
-    if not all(h in cap.segs for h in layout.HOSTS):
+    """Whether the two ends' packets, each on its own host's clock, overlap in time."""
+    spans = {h: cap.segs[h].ts_span() for h in layout.HOSTS if h in cap.segs}
+    if len(spans) < 2 or None in spans.values():
         return []
-    d = data_dir(cap)
-    spans = {}
-    for h in layout.HOSTS:
-        t = data.payload_totals(cap.segs[h], d)
-        if t.empty or not int(t["segments"].sum()):
-            return []
-        spans[h] = (int(t["first_ns"].min()), int(t["last_ns"].max()))
     (a0, a1), (b0, b1) = spans["initiator"], spans["target"]
     gap = max(b0 - a1, a0 - b1)
     if gap <= APART_NS:
         return []
-    return [Caveat("pcaps_apart", f"the two ends' data do not overlap in time: "
+    return [Caveat("pcaps_apart", f"the two ends' packets do not overlap in time: "
                    f"initiator.pcap's and target.pcap's are {gap / 1e9:.1f} s apart: pcaps of "
                    "two different runs, or hosts' clocks set that far apart")]
 
@@ -187,21 +192,18 @@ def _stream(path: Path) -> list[Caveat]:
     return out
 
 
-def _capacity(cap: Capture) -> tuple[tuple[float | None, str], list[Caveat]]:
+def _capacity(figure: tuple[float | None, str], burst_peak: Callable[[], float | None]
+              ) -> tuple[tuple[float | None, str], list[Caveat]]:
     """The path's capacity figure, unless it was estimated from this capture and the rate the
-    sender measured in its data bursts (the report's "peak burst rate") is above it: the
+    sender reached in its data bursts (the report's "peak burst rate") is above it: the
     capture contradicts itself, so no link is claimed full. A rate the run set (meta.json) is
     a fact, not an estimate: a sender's bursts may leave faster than a bottleneck further on."""
-    bps, source = path_capacity(cap)
+    bps, source = figure
     if not bps or source != ESTIMATED:
-        return (bps, source), []
-    d = data_dir(cap)
-    segs = sender_segs(cap, d)
-    if segs is None or segs.empty:
-        return (bps, source), []
-    peak = data.peak_rate(data.data_bursts(segs, d, data.burst_gap_threshold(segs, d)))
+        return figure, []
+    peak = burst_peak()
     if peak is None or peak <= BURST_SLACK * bps:
-        return (bps, source), []
+        return figure, []
     why = (f"the path's capacity estimated from packet dispersion, {bps / 1e6:.1f} MB/s, is "
            f"below the {peak / 1e6:.1f} MB/s the sender's data bursts reached: the estimate is "
            "contradicted, and the link is not claimed full")
