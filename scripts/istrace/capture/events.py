@@ -184,45 +184,74 @@ def _numbered_blocks(path: Path, size: int, health: StreamHealth,
             health.torn_line = line
 
 
-def _why(line: bytes) -> str:
-    """Why a line Arrow refused is unreadable, in words."""
+def _why(line: bytes) -> str | None:
+    """Why a line is unreadable, in words; None when it may be an event (JSON, an object)."""
     try:
         text = line.decode()
     except UnicodeDecodeError:
         return "not text (junk bytes)"
+    if not text.strip():
+        return None  # a blank line: no event, and nothing lost (Arrow passes over it)
     try:
         rec = json.loads(text)
     except ValueError:
-        return "not JSON" if text.strip() else "empty line"
-    return "a field of the wrong type" if isinstance(rec, dict) else "not a JSON object"
+        return "not JSON"
+    return None if isinstance(rec, dict) else "not a JSON object"
 
 
-def _parsed(block: bytes, line: int, parse: Callable[[bytes], pa.Table],
+def _parsed(block: bytes, line: int, parse: Callable[[bytes], pa.Table], json_lines: bool,
             path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
-    """A block's events: parsed whole, or when Arrow refuses it, a line at a time, each line
-    it refuses counted in `health` and skipped (InputError past BAD_MAX)."""
+    """A block's events: parsed whole, or when Arrow refuses it, its lines sorted out: those
+    not even JSON (a JSON stream's) at once, the rest parsed together and, if Arrow still
+    refuses them (a field of the wrong type), halved until the bad ones are alone. Each bad
+    line is counted in `health` and skipped (InputError past BAD_MAX)."""
     try:
         yield from parse(block).to_batches()
         return
     except pa.ArrowInvalid:
         pass
-    good = []
-    for k, text in enumerate(block.split(b"\n")[:-1]):
-        try:
-            good.append(parse(text + b"\n"))
-        except pa.ArrowInvalid:
-            health.skipped(line + k, _why(text))
-            if health.bad > BAD_MAX:
-                raise _refusal(path, health) from None
-    for table in good:
-        yield from table.to_batches()
+    rows = list(enumerate(block.split(b"\n")[:-1], start=line))
+    if json_lines:
+        checked = [(n, text, _why(text)) for n, text in rows]
+        for n, _, why in checked:
+            if why is not None:
+                _skip(path, health, n, why)
+        rows = [(n, text) for n, text, why in checked if why is None]
+    yield from _halved(rows, parse, path, health)
 
 
-def _refusal(path: Path, health: StreamHealth) -> InputError:
+def _halved(rows: list[tuple[int, bytes]], parse: Callable[[bytes], pa.Table], path: Path,
+            health: StreamHealth) -> Iterator[pa.RecordBatch]:
+    if not rows:
+        return
+    try:
+        table = parse(b"".join(text + b"\n" for _, text in rows))
+    except pa.ArrowInvalid:
+        if len(rows) == 1:
+            _skip(path, health, rows[0][0], "a field of the wrong type")
+            return
+        half = len(rows) // 2
+        yield from _halved(rows[:half], parse, path, health)
+        yield from _halved(rows[half:], parse, path, health)
+        return
+    yield from table.to_batches()
+
+
+def _skip(path: Path, health: StreamHealth, line: int, why: str) -> None:
+    health.skipped(line, why)
+    if health.bad > BAD_MAX:
+        raise _refusal(path, health, upto=line)
+
+
+def _refusal(path: Path, health: StreamHealth, upto: int | None = None) -> InputError:
+    """The stream refused: its first bad line, how many, and what to do. `upto`: refused
+    there, before the end (its lines not all counted yet)."""
     first, why = health.first_bad[0]
-    return InputError(path, first, f"{why}; {health.bad} of {health.lines} lines unreadable "
-                      f"(at most {health.limit()} are skipped): the event stream is damaged. "
-                      "Capture again, or move the file away to analyse without its events")
+    many = f"{health.bad} unreadable lines by line {upto} (at most {BAD_MAX} are skipped)" \
+        if upto is not None else \
+        f"{health.bad} of {health.lines} lines unreadable (at most {health.limit()} are skipped)"
+    return InputError(path, first, f"{why}; {many}: the event stream is damaged. Capture "
+                      "again, or move the file away to analyse without its events")
 
 
 def _csv_batches(path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
@@ -244,7 +273,7 @@ def _csv_batches(path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
                               read_options=read)
     for line, block in _numbered_blocks(path, _BLOCK * _PARSERS, health, start=len(header),
                                         first_line=2):
-        yield from _parsed(block, line, parse, path, health)
+        yield from _parsed(block, line, parse, False, path, health)
 
 
 def _json_batches(path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
@@ -257,7 +286,7 @@ def _json_batches(path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
         return pajson.read_json(pa.BufferReader(block), parse_options=options,
                                 read_options=read)
     for line, block in _numbered_blocks(path, _BLOCK * _PARSERS, health):
-        yield from _parsed(block, line, parse, path, health)
+        yield from _parsed(block, line, parse, True, path, health)
 
 
 class EventStream:
