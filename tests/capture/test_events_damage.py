@@ -96,7 +96,7 @@ def test_binary_junk_is_refused_early(tmp_path: Path, monkeypatch: pytest.Monkey
     """Past BAD_MAX bad lines the reading stops there: a binary file is not read through."""
     monkeypatch.setattr(events, "BAD_MAX", 20)
     p = tmp_path / "events-target.jsonl"
-    _write(p, 60_000, {k: b"\xfe" for k in range(1000, 1100)})  # 3 blocks read, 1 read
+    _write(p, 60_000, {k: b"\xfe" for k in range(1000, 1100)})  # 3 blocks: refused in the 1st
     s, n = EventStream(p), 0
     with pytest.raises(InputError, match=r"line 1000: not text \(junk bytes\); 21 unreadable "
                        r"lines by line 1020 \(at most 20"):
