@@ -217,22 +217,23 @@ def _parsed(block: bytes, line: int, parse: Callable[[bytes], pa.Table], json_li
             if why is not None:
                 _skip(path, health, n, why)
         rows = [(n, text) for n, text, why in checked if why is None]
-    yield from _halved(rows, parse, path, health)
+    why = "a field of the wrong type" if json_lines else "not a row of the header's columns"
+    yield from _halved(rows, parse, why, path, health)
 
 
-def _halved(rows: list[tuple[int, bytes]], parse: Callable[[bytes], pa.Table], path: Path,
-            health: StreamHealth) -> Iterator[pa.RecordBatch]:
+def _halved(rows: list[tuple[int, bytes]], parse: Callable[[bytes], pa.Table], why: str,
+            path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
     if not rows:
         return
     try:
         table = parse(b"".join(text + b"\n" for _, text in rows))
     except pa.ArrowInvalid:
         if len(rows) == 1:
-            _skip(path, health, rows[0][0], "a field of the wrong type")
+            _skip(path, health, rows[0][0], why)
             return
         half = len(rows) // 2
-        yield from _halved(rows[:half], parse, path, health)
-        yield from _halved(rows[half:], parse, path, health)
+        yield from _halved(rows[:half], parse, why, path, health)
+        yield from _halved(rows[half:], parse, why, path, health)
         return
     yield from table.to_batches()
 
