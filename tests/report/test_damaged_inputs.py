@@ -119,7 +119,6 @@ def test_the_whole_capture_is_sure_of_its_inputs(capture: Path, tmp_path: Path) 
                    "capacity_contradicted"}
     assert not input_codes & set(_codes(v)), v["caveats"]
     assert v["missing"] == []
-    assert v["primary"]["cause"] == "initiator_concurrency"
 
 
 @pytest.mark.parametrize("host", ["initiator", "target"])
@@ -168,8 +167,9 @@ def test_meta_json_garbage_or_missing(capture: Path, tmp_path: Path, how: str) -
         assert "meta.json (unreadable: " in " ".join(v["missing"])
     ev = v["evidence"]
     assert ev["one_way_ms"] is None
+    assert ev["capacity_MBps"] is None  # none from meta.json, the estimate not borne out
     assert "network_capacity" not in _claimed(v) and "network_capacity" not in v["shares"]
-    if ev["capacity_MBps"] is None and "estimated" in ev["capacity_source"]:
+    if "estimated" in ev["capacity_source"]:
         assert "capacity_contradicted" in _codes(v)
 
 
