@@ -46,9 +46,10 @@ COUNT_SHARE, COUNT_SLACK = 0.02, 2
 APART_NS = 1_000_000_000
 # Lost probe events above this share of those written make the stream incomplete.
 LOST_SHARE = 0.01
-# The sender's median burst rate may exceed an estimated capacity by this much (the estimate's
-# spread) before the estimate is taken as contradicted.
-BURST_SLACK = 1.25
+# The sender's median burst rate may exceed an estimated capacity by this much before the
+# estimate is taken as contradicted: with the receiver's pcap alone the bursts are timed where
+# the pairs are, and jitter squeezes them (a 12.3 MB/s estimate, bursts at 16.5: docs/faults.md).
+BURST_SLACK = 2.0
 
 
 @dataclass
