@@ -83,6 +83,10 @@ class Decoding:
         try:
             _, err = self._proc.communicate(timeout=timeout)
             _check(self._proc.returncode, err)
+            # what it said of the pcap ("capture ends early", ...), kept for the checks
+            # before a verdict (istrace.report.checks), none left from an earlier run
+            if err.strip():
+                (self._part / layout.DECODER_LOG).write_text(err)
             self.out.mkdir(parents=True, exist_ok=True)
             if _shorter_copy(self._part, self.out):
                 # an older istrace's tables (no record) of a longer copy of this pcap: kept,
@@ -91,6 +95,7 @@ class Decoding:
                 state(self.out, self.pcap)  # said
                 return self.out
             (self.out / layout.INPUTS).unlink(missing_ok=True)
+            (self.out / layout.DECODER_LOG).unlink(missing_ok=True)
             names = sorted(os.listdir(self._part), key=lambda n: n == layout.PDUS)
             for name in names:
                 os.replace(self._part / name, self.out / name)
@@ -125,6 +130,14 @@ def decode_to_dir(pcap: str | Path, outdir: str | Path, ports: Iterable[int] = (
     """Decode `pcap` into outdir/pdus.csv, commands.csv, connections.csv and segments.bin;
     returns outdir."""
     return Decoding(pcap, outdir, ports, block_size).wait(timeout)
+
+
+def ends_early(decoded: Path) -> str | None:
+    """The decoder's own finding that the pcap it decoded into `decoded` ends early (a dump
+    cut short: the line it said it in), else None."""
+    log = decoded / layout.DECODER_LOG
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return next((x.strip() for x in text.splitlines() if "capture ends early" in x), None)
 
 
 def decoded_dir(d: Path, host: str) -> Path:

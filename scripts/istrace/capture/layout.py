@@ -5,7 +5,8 @@ has the table of who writes and who reads each).
     DIR/<host>.pcap                    each end's packets (tcpdump)
     DIR/events-<host>.jsonl|.csv       each end's probe events (istrace-probe)
     DIR/hoststats-<host>.jsonl         each end's sampled tcp_info and CPU (istrace.session)
-    DIR/decoded/<host>/*.csv           the decoder's tables (istrace-decode --csv-dir)
+    DIR/decoded/<host>/*.csv           the decoder's tables (istrace-decode --csv-dir), and
+                                       decoder.log: what it said of the pcap (its stderr)
     DIR/merged.parquet, clock.json     one clock, one trace of events and PDUs (istrace merge)
     DIR/segments/host=<host>/*.parquet every TCP segment on that clock, tied to its command
                                        (istrace merge; Hive-partitioned by host)
@@ -49,6 +50,8 @@ PDUS = "pdus.csv"
 COMMANDS = "commands.csv"
 CONNECTIONS = "connections.csv"
 SEGMENTS = "segments.bin"
+# what the decoder said of the pcap as it decoded it (its stderr: "capture ends early", ...)
+DECODER_LOG = "decoder.log"
 INPUTS = "inputs.json"            # in decoded/<host>/: the pcap its tables were decoded from
 MERGE_INPUTS = "merged.inputs.json"  # the pcaps and event streams the merge was made from
 LOCK = ".istrace.lock"

@@ -73,6 +73,8 @@ class Capture:
     clock: dict[str, Any] = field(default_factory=dict)
     ports: tuple[int, ...] = (DEFAULT_PORT,)  # the iSCSI target port(s) the tables were cut to
     track: Any = None  # istrace.track.of_capture.track_capture fills it in
+    meta_error: str | None = None  # why meta.json, present, could not be read
+    checks: Any = None  # istrace.report.checks.of fills it in: the inputs' cross-checks
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -178,7 +180,8 @@ def load_capture(d: str | Path, decode: bool = True,
         try:
             cap.meta = read_meta(d)
         except ValueError as exc:
-            cap.warnings.append(f"meta.json unreadable: {exc}")
+            cap.meta_error = str(exc)
+            cap.missing.append(f"meta.json (unreadable: {exc})")
     else:
         cap.missing.append("meta.json (run parameters: delay, workload, capture drops)")
     cap.ports = tuple(ports) if ports else target_ports(cap.meta)
