@@ -21,7 +21,6 @@
 #define RX_CAP (16u << 10)   /* read-ahead buffer */
 #define RX_DIRECT (8u << 10) /* remainders this big are received in place */
 #define LOWAT_CAP (4 << 20)  /* most we wait for at once (the kernel caps it too) */
-#define HINT_WAIT_MS 20      /* how long owed bytes are waited for before taking what is due */
 
 int split_hostport(const char *spec, char *host, size_t hostlen, int *port, int dflt_port)
 {
@@ -197,10 +196,9 @@ int io_recv_all(int fd, void *buf, size_t len, struct gen_err *e, double timeout
 
 /* Sleep until n bytes are queued (capped: SO_RCVLOWAT cannot pass half the largest receive
  * buffer), so one wake-up and one recv() take a whole payload instead of a wake-up per few
- * packets: the packets are queued by the sender's softirq while we sleep, with no socket lock
- * of ours in the way and no ACK sent from our recv(). When the engine expects more (rx_hint:
- * the rest of the command, or the payload behind a header), wait for that too, briefly: a
- * shorter answer (an error status) then costs at most HINT_WAIT_MS, never a stall. */
+ * packets. Only bytes a header has announced are waited for: waiting for bytes merely likely
+ * to come (the next PDU's) held back the answer to every command that ended, and with it the
+ * next command, which changed the queue depth the generator puts on the wire. */
 static int set_lowat(struct conn *c, size_t n)
 {
 	int lowat = n > (size_t)LOWAT_CAP ? LOWAT_CAP : (int)n;
@@ -215,13 +213,6 @@ static int wait_bytes(struct conn *c, size_t n)
 {
 	struct pollfd pf = {.fd = c->fd, .events = POLLIN};
 	int r;
-	if (c->rx_hint && set_lowat(c, n + c->rx_hint) > (int)n) {
-		do
-			r = poll(&pf, 1, HINT_WAIT_MS);
-		while (r < 0 && errno == EINTR);
-		if (r > 0)
-			return 0;
-	}
 	set_lowat(c, n);
 	do
 		r = poll(&pf, 1, (int)(c->timeout_s * 1000));
@@ -238,8 +229,6 @@ static int wait_bytes(struct conn *c, size_t n)
  * once; the rest is waited for with wait_bytes. */
 static int take_all(struct conn *c, unsigned char *buf, size_t len)
 {
-	if (c->rx_hint && wait_bytes(c, len) < 0) /* at once when it is all queued already */
-		return -1;
 	while (len) {
 		ssize_t n = recv(c->fd, buf, len, MSG_DONTWAIT | (buf ? 0 : MSG_TRUNC));
 		if (n < 0 && errno == EINTR)

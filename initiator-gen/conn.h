@@ -22,7 +22,6 @@ struct conn {
 	size_t rx_off, rx_len;
 	int rx_exact; /* refill with just the bytes asked for (see conn_read) */
 	int lowat;    /* SO_RCVLOWAT in force */
-	size_t rx_hint; /* bytes likely following what is read next (the engine's guess) */
 	char peer[300]; /* "addr:port" for messages */
 };
 

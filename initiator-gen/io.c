@@ -217,31 +217,13 @@ static int complete(struct worker *w, struct cmd *k, uint8_t status, const unsig
 	return 0;
 }
 
-/* Payload bytes the next PDU likely carries, so its header and payload are waited for as one:
- * the last Data-In's size, but never more than any outstanding READ still owes (the next PDU
- * is one of theirs). 0 when dropping is off or no READ is outstanding. */
-static size_t next_pdu_guess(const struct worker *w)
-{
-	size_t g = w->last_din;
-	if (!w->run->discard || !w->outstanding)
-		return 0;
-	for (unsigned i = 0; i < w->ncmds && g; i++) {
-		const struct cmd *k = &w->cmds[i];
-		if (k->busy == 1 && k->bytes - k->got < g)
-			g = k->bytes - k->got;
-	}
-	return g;
-}
-
 static int on_pdu(struct worker *w)
 {
 	struct conn *c = &w->s.c;
 	struct bhs h;
 	struct cmd *k;
-	c->rx_hint = next_pdu_guess(w);
 	if (conn_recv_bhs(c, &h) < 0)
 		return -1;
-	c->rx_hint = 0;
 	conn_update_sn(c, &h);
 	if (h.opcode == OP_DATA_IN || h.opcode == OP_SCSI_RSP || h.opcode == OP_R2T)
 		w->progress_ns = now_ns();
@@ -270,13 +252,10 @@ static int on_pdu(struct worker *w)
 			k->first_data = 1;
 			USDT_CMD_FIRST_DATA(k->itt, k->lba, k->bytes);
 		}
-		/* the rest of this command follows this payload: worth waiting for together */
-		c->rx_hint = k->bytes - k->got - h.dsl;
 		if ((w->run->discard ? conn_skip_data(c, &h)
 				     : conn_recv_data(c, &h, k->buf + h.offset)) < 0)
 			return -1;
 		w->data_in_pdus++;
-		w->last_din = h.dsl;
 		k->got += h.dsl;
 		k->next_datasn++;
 		if (h.flags & DIN_S)

@@ -52,7 +52,6 @@ struct worker {
 	/* PDUs of the workload's commands, so a sweep can see the PDU size and R2T count the
 	 * target chose rather than assume the negotiated ones */
 	uint64_t data_in_pdus, data_out_pdus, r2ts;
-	uint32_t last_din; /* payload of the last Data-In */
 	unsigned pending_retry; /* commands waiting to be re-issued */
 	uint64_t progress_ns;   /* last Data-In / SCSI Response / R2T */
 	pthread_t th;

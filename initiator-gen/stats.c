@@ -184,7 +184,7 @@ void stats_summary(struct stats *s, int json, const char *mode, int exit_code,
 		getrusage(RUSAGE_SELF, &ru);
 		double user = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6;
 		double sys = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-		printf(", \"cpu_s\": %.3f, \"user_s\": %.3f, \"sys_s\": %.3f, "
+		printf(", \"cpu_s\": %.6f, \"user_s\": %.6f, \"sys_s\": %.6f, "
 		       "\"cpu_s_per_gb\": %.4f",
 		       user + sys, user, sys, s->bytes ? (user + sys) / ((double)s->bytes / 1e9) : 0.0);
 		if (extra_json && *extra_json)

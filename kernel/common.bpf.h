@@ -75,8 +75,8 @@ static __always_inline struct istrace_event *ev_new(__u32 type)
  * VM), and a reader draining while events are written makes the ring's consumer
  * position bounce between the CPUs.  The test is on the producer
  * position, which only grows: a test on the unread amount would fire for every event
- * while a slow reader drains around the threshold (measured: a traced read() 1230 ns,
- * 460 ns without wake-ups).  The window is two records wide so that two CPUs writing at
+ * while a slow reader drains around the threshold (a traced read() then paid mostly for
+ * wake-ups).  The window is two records wide so that two CPUs writing at
  * once do not both miss the crossing; one missed anyway is caught by the 100 ms poll. */
 #define REC_BYTES (sizeof(struct istrace_event) + 8) /* + the ring's record header */
 

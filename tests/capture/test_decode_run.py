@@ -25,7 +25,7 @@ def test_a_run_moves_its_tables_in_when_it_succeeds(tmp_path: Path) -> None:
     run = decoderun.Decoding(pcap, out)
     assert run.wait(timeout=60) == out
     assert sorted(p.name for p in out.iterdir()) == [
-        "commands.csv", "connections.csv", "pdus.csv", "segments.bin"]
+        "commands.csv", "connections.csv", "inputs.json", "pdus.csv", "segments.bin"]
     assert len(load_pdus(out)) == 13
     assert not _scratch(out.parent)
 

@@ -123,8 +123,8 @@ def test_one_connection_is_the_filtered_table(both) -> None:
 def test_a_connection_of_a_long_capture_holds_a_bit_a_row(tmp_path: Path) -> None:
     """A connection's rows of a file of several slices (SLICE_ROWS rows each): any range of
     them read is the filtered table's; taking the connection holds a bit per row of the
-    file, not a position per row of it (8 bytes a row: 37 MB of a minute's full-rate
-    connection, in the process that tracks and diagnoses a capture of several)."""
+    file, not a position per row of it (8 bytes a row, in the process that tracks and
+    diagnoses a capture of several)."""
     binf = segments_file(_capture(tmp_path / "initiator.pcap", sends=80_000),
                          tmp_path / "decoded")
     whole = conn_and_dir(read_segments(binf), PORTS)

@@ -33,8 +33,12 @@ def test_report_merges_again_when_the_capture_is_newer(tmp_path: Path) -> None:
     merged = tmp_path / layout.MERGED
     later(*layout.events_files(tmp_path))
     before = merged.stat().st_mtime
+    # this tree's istrace, not the one installed
+    tree = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        str(tree / p) for p in ("scripts", "decoder", "viz", "bpf")))
     r = subprocess.run([sys.executable, "-m", "istrace.cli.main", "report", str(tmp_path)],
-                       capture_output=True, text=True, timeout=300, check=False)
+                       capture_output=True, text=True, timeout=300, check=False, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "merging again" in r.stderr
     assert merged.stat().st_mtime > before

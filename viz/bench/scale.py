@@ -9,7 +9,7 @@
     --repeat N (the one command N times: its median, fastest and slowest)
 
 `--report-only` is how memory against capture length is measured (10 s and 60 s captures:
-docs/report.md), and works where the pcaps were deleted once decoded.
+docs/measurements/report.md), and works where the pcaps were deleted once decoded.
 
 Everything merge and report derive is removed before each run (decoded/, merged.*, track*,
 plots/, report.html, trace.json, verdict.json), so each step does its whole work: first the

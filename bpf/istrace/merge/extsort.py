@@ -5,8 +5,7 @@ Rows come in tables (`add`); every `run_rows` of them are sorted and written to 
 a scratch directory. `batches` then merges the runs, holding a batch of each: at most
 `fan_in` runs at once, merged in passes when there are more. Rows with the same time keep
 the order they came in (each carries its arrival number), so the result is what a stable
-sort of all of them at once gives: the merged trace of a minute's capture is 460 000 rows of
-36 columns (120 MB as Arrow), of an hour's 28 million.
+sort of all of them at once gives, for a trace of any length.
 """
 
 from __future__ import annotations
@@ -40,8 +39,8 @@ class ExternalSort:
     """Sorts the rows given to `add` (tables of one schema) by `key`, ties in arrival order.
     A context manager: the scratch directory, made under `scratch_in`, goes on exit."""
 
-    # run_rows: a run is sorted by copying its rows in order, so its rows are held twice; at
-    # 32 Ki rows of the merged trace's 36 columns that was 18 MB of the merge's peak
+    # run_rows: a run is sorted by copying its rows in order, so its rows are held twice,
+    # which a smaller run keeps small beside the merge's other holdings
     def __init__(self, schema: pa.Schema, key: str, scratch_in: Path, run_rows: int = 1 << 14,
                  read_rows: int = 1 << 10, fan_in: int = 32) -> None:
         self.schema, self.key = schema, key

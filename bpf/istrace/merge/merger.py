@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from istrace.capture import attribution, clockfile, cmdtable, decoderun, layout, segtable
+from istrace.capture import attribution, clockfile, cmdtable, decoderun, layout, segtable, stamps
 from istrace.capture.decoded import DecodeError, read_table, read_table_blocks, segments_file
 from istrace.capture.events import EVENT_COLUMNS, HOSTS, STR_COLUMNS, EventStream, events_file
 from istrace.capture.labels import is_
@@ -361,6 +361,10 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     if not d.is_dir():
         raise MergeError(f"{d}: not a directory")
     ports = capture_ports(d, ports)
+    # the record of what the merge is made from goes first and comes back last: a merge
+    # killed half-way is judged by its tables' times (stamps.merge_state)
+    (d / layout.MERGE_INPUTS).unlink(missing_ok=True)
+    inputs = stamps.signatures(layout.capture_inputs(d))
     problems = decoded if decoded is not None else finish_decoding(d, ports, say)
     seg_dirs: dict[str, Path] = {}
     for h in HOSTS:
@@ -421,6 +425,7 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     clock_doc = asdict(clock)
     clock_doc["notes"] = [n for n in notes if "clock" in n]
     clockfile.write(d, clock_doc)
+    stamps.write(d / layout.MERGE_INPUTS, inputs)
     return MergeResult(notes, n_rows, clock, lost, counts)
 
 

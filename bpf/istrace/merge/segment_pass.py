@@ -5,8 +5,7 @@ holds in memory does not grow with the capture (docs/schema.md §6b):
    CLOCK_KEYS segments a host, all of them; above, the segments whose key hash is below a
    bound (the same keys at both ends) that leaves about CLOCK_KEYS of them. Every copy of a
    chosen key is kept, so the first copy of each is exact, and a bound from fewer pairs is
-   still a bound (only looser, by the spread of the fastest one-way delays: 1 us on a 10 s
-   full-rate capture).
+   still a bound (only looser, by the spread of the fastest one-way delays).
 2. `tie_segments`: each slice's iSCSI segments moved onto the initiator's clock, the data
    ones tied to their command by TCP sequence, written as a row group of the host's table.
 """
@@ -27,14 +26,12 @@ from istrace.capture.segtable import SegmentTableWriter
 from pandas.api.types import union_categoricals
 
 # the clock's sample: about this many segments a host, whatever the capture's length (a
-# demo's few hundred thousand: all or most of them; a bound from fewer pairs is as valid, 1 us
-# looser at worst on a 10 s full-rate capture). One key in k buckets, k rounded up, made it
-# swing between half and all of a cap with the length (370 000 at 10 s, 460 000 at 60 s), and
-# the merge's peak, which the sample and its matching are, with it.
+# demo's: all or most of them; a bound from fewer pairs is as valid, only a little looser).
+# A hash bound, not one key in k buckets: that made the sample, and the merge's peak with
+# it, swing between half and all of a cap with the capture's length.
 CLOCK_KEYS = 400_000
-# segments a slice: ~71 bytes each in the file, a few times that while a slice is worked on
-# (a segment writer's peak at 60 s: 170 MB with 1 << 18, 133 with 1 << 17, 116 with 1 << 16
-# but an eighth slower)
+# segments a slice: ~71 bytes each in the file, a few times that while a slice is worked on;
+# smaller slices lower the peak a little more but run slower
 SLICE_ROWS = 1 << 17
 KEY = ["conn", "dir", "seq", "ack", "len", "flags", "win"]
 _READ = ["ts_ns", "seq", "ack", "flags", "win", "len"]

@@ -34,8 +34,7 @@ def echo_rtt_samples(segs: SegmentsLike | None, out_dir: str,
     capture point and echoed back. Needs columns conn, dir, ts_ns, tsval, tsecr. The segments
     are read a slice at a time, keeping the first time each (connection, timestamp value)
     left and came back: a few thousand values a second of the TCP clock, where the segments
-    are a hundred thousand a second (a full-rate minute's, as one table with their columns,
-    were 200 MB)."""
+    are a hundred thousand a second."""
     cols = ["conn", "ts_ns", "rtt_ns"]
     src = as_segments(segs)
     if src is None or src.empty or not (src.has("tsval") and src.has("tsecr")):

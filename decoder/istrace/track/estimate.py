@@ -40,12 +40,10 @@ def rate_window(span_ns: int) -> int:
 
 # The window's start is rounded up to a grid of this many steps per window, so that only the
 # first row after each grid point can start a window: the history a slice carries is at most
-# this many rows, not every row of the window (a second of a full-rate stream's rows, 0.5 M,
-# whose copies were 10 MB of the tracking's peak on a minute's capture). The window's start
-# moves later by less than a step (a thousandth of the window): on a steady stream the rate
-# changes by that share of its bytes (tests/track/test_rate_window); where a burst of ACKs
-# leaves the window, the rate's step comes up to a step's time earlier (a 20 s full-rate
-# capture: a third of the rates changed, by 1.7% at the 99th percentile).
+# this many rows, not every row of the window (at full rate, hundreds of thousands). The
+# window's start moves later by less than a step (a thousandth of the window): on a steady
+# stream the rate changes by that share of its bytes (tests/track/test_rate_window); where a
+# burst of ACKs leaves the window, the rate's step comes up to a step's time earlier.
 RATE_GRID_STEPS = 1024
 
 
@@ -154,7 +152,7 @@ class _Column:
     """A column that grows by slices, in one buffer doubled when full. What a pass keeps of
     each slice (its events, RTT samples, duplicate ACKs) kept as an array per slice was
     thousands of small blocks among the slices' freed temporaries, each pinning a heap page
-    no trim could hand back: 30 MB over a lossy minute's tracking, for 10 MB of events."""
+    no trim could hand back, several times the events' own size."""
 
     def __init__(self, dtype: type | np.dtype) -> None:
         self._buf = np.empty(0, dtype)
@@ -239,9 +237,8 @@ class _Episodes:
 
 class LogHistogram:
     """The median of the RTT samples from a histogram of their logarithms, STEPS bins an
-    octave (the median within 0.14%): a minute's million samples in 100 KB, where held they
-    grew with the capture. Nanoseconds to days fit; what lies outside counts in the end
-    bins."""
+    octave: a fixed size, where the samples held grew with the capture. Nanoseconds to days
+    fit; what lies outside counts in the end bins."""
 
     STEPS = 256
     LO, HI = -10, 40  # octaves of a microsecond
@@ -615,9 +612,7 @@ class Direction:
 
     def found(self) -> tuple[list[tuple], dict[str, Any] | None]:
         """(CA-state intervals, marks) decided since the last call, the marks in time order:
-        each slice's are taken after it is fed and written (a lossy minute's hundred thousand
-        marks and twenty-five thousand intervals, held to the end, were 25 MB of the
-        tracking)."""
+        each slice's are taken after it is fed and written, so none is held to the end."""
         states, self._states = self._states, []
         events = self._event_table()
         self._ev = {name: _Column(col.dtype) for name, col in self._ev.items()}

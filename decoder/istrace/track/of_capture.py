@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from istrace.capture import layout
+from istrace.capture import layout, stamps
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_track_tables
 from istrace.capture.tracksamples import SampleWriter
@@ -24,6 +24,9 @@ def track_capture(cap: Capture, out: Path | None = None) -> track.TrackResult:
     thousand)."""
     if out is None:
         return _track(cap, None)
+    bad = stamps.unreadable(out) if out.is_file() else None
+    if bad:  # never read, only replaced: said so that nobody wonders where it went
+        stamps.say_once(f"{out} unreadable ({bad}): made again from the capture")
     _, states_at, events_at = layout.track_files(out)
     with SampleWriter(out) as w, TableWriter(states_at, STATE_COLUMNS) as ws, \
             TableWriter(events_at, EVENT_COLUMNS) as we:

@@ -212,9 +212,8 @@ ANCHOR_STEP = 1 << 24
 
 class SeqIndex:
     """The PDUs by connection and direction, ordered for by_seq's lookups: made once for all
-    the blocks of rows tied to them. Made again for each block (every 65 536 segments), and
-    scanned whole once per connection, they cost a 20 s capture of two sessions a tenth of
-    its merge's CPU (8.6-9.0 -> 7.7-7.8 s)."""
+    the blocks of rows tied to them: made again for each block and scanned whole per
+    connection, the index was a large share of the merge's CPU."""
 
     def __init__(self, pdus: pd.DataFrame | None, pdu_ts_ns: np.ndarray | None = None) -> None:
         # per (conn, dir): PDU times in order, their sequence numbers as sent and unwrapped;
@@ -224,9 +223,8 @@ class SeqIndex:
             return
         p_seq, seq_ok = _ints(pdus["tcp_seq"])
         p_t, t_ok = _ints(pdus["ts_ns"] if pdu_ts_ns is None else pdu_ts_ns)
-        # labels as codes, the PDUs put in time order by position: a table of the PDUs with
-        # the labels as text, sorted and grouped by pandas, was most of the merge's 306 MB
-        # peak for a 30 s capture's 630 000 PDUs (8 KiB Data-In)
+        # labels as codes, the PDUs put in time order by position: a pandas table of the
+        # PDUs with text labels, sorted and grouped, held several copies of every PDU
         c_code, c_names = label_codes(pdus["conn"])
         d_code, d_names = label_codes(pdus["dir"])
         all_cmd = _cmd_ids(pdus) if "cmd" in pdus else np.full(len(pdus), np.nan)

@@ -6,19 +6,17 @@ report's page say it the same way)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from istrace.capture import layout
+from istrace.capture.swapwrite import replace_text
 
 
 def write(d: Path, doc: dict[str, Any]) -> None:
     """clock.json whole (a temporary file renamed into place: a merge killed mid-write leaves
     the previous one)."""
-    tmp = d / (layout.CLOCK + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    os.replace(tmp, d / layout.CLOCK)
+    replace_text(d / layout.CLOCK, json.dumps(doc, indent=2) + "\n")
 
 
 def read(d: Path) -> dict[str, Any] | None:

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from istrace.capture import decoderun
 from istrace.capture.conn import conn_key
-from istrace.capture.decoderun import DecodeError, run
-from istrace.system import paths
+from istrace.capture.decoderun import DecodeError
 
 PDU_FILE = "pdus.csv"
 # What the report's analyses read of a PDU (the tracker's command lookup, the verdict's data
@@ -208,13 +208,14 @@ def load_segments(pcap: str | Path, cache_dir: str | Path | None = None,
 
 def segments_file(pcap: str | Path, cache_dir: str | Path,
                   timeout: float | None = None) -> Path:
-    """cache_dir/segments.bin of a capture, made by the decoder when missing, older than the
-    capture or not of this decoder's layout (a directory decoded by an older istrace); for a
-    pass over it a slice at a time (SegmentBlocks, segsource.FileSegments)."""
+    """cache_dir/segments.bin of a capture, made by the decoder when missing, made from
+    another pcap (decoderun.state: one cut short since keeps it) or not of this decoder's
+    layout (a directory decoded by an older istrace); for a pass over it a slice at a time
+    (SegmentBlocks, segsource.FileSegments)."""
     pcap = Path(pcap)
     out = Path(cache_dir) / SEGMENT_FILE
-    if out.is_file() and pcap.is_file() and out.stat().st_mtime >= pcap.stat().st_mtime \
-            and _readable(out):
+    if out.is_file() and pcap.is_file() and _readable(out) and \
+            decoderun.state(out.parent, pcap) != "changed":
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".segments-", suffix=".bin", dir=out.parent)
@@ -237,10 +238,7 @@ def _readable(path: Path) -> bool:
 
 
 def _decode_segments(pcap: Path, out: Path, timeout: float | None) -> None:
-    if not pcap.is_file():
-        raise DecodeError(f"{pcap}: no such file", 2)
-    run([str(paths.binary("istrace-decode")), "-q", "--segments", str(out), str(pcap)],
-         timeout)
+    decoderun.decode_segments(pcap, out, timeout)
 
 
 def conn_and_dir(segs: pd.DataFrame, target_ports: tuple[int, ...] = (3260,)) -> pd.DataFrame:

@@ -3,13 +3,20 @@
 Arrow parses them against a fixed schema (several times faster than pandas' JSON reader, and a
 file cut mid-line by a killed probe loses only that line); the stream's meta line and counter
 lines are taken out and returned beside the table.
+
+Damage is counted, not fatal, up to a bound: a line Arrow cannot read (not JSON, junk bytes,
+a field of the wrong type) is skipped with a warning naming the file and the line, and the
+stream's `health` says how many there were. More than BAD_SHARE of a stream's lines (at least
+BAD_MIN, at most BAD_MAX) is a stream too damaged to stand for the probe's record: InputError.
 """
 
 from __future__ import annotations
 
 import json
 import mmap
+import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 from istrace.capture import layout
+from istrace.capture.inputerror import InputError
 
 HOSTS = ("initiator", "target")
 
@@ -104,6 +112,36 @@ _BLOCK = 1 << 20
 _PARSERS = 2
 
 
+# Unreadable lines a stream may hold and still be read: 1% of its lines, at least 10 (a few
+# junk bytes in a short stream), at most 1000 (past that it is refused as soon as they are seen).
+BAD_SHARE, BAD_MIN, BAD_MAX = 0.01, 10, 1000
+# the lines named in the warning
+BAD_NAMED = 5
+
+
+@dataclass
+class StreamHealth:
+    """What reading a stream found of its completeness: its whole lines, the unreadable ones
+    (skipped; the first few with their line number and why), a partial last line (the probe
+    stopped mid-write), its end record (the probe's own count of the events it wrote)."""
+
+    lines: int = 0
+    bad: int = 0
+    first_bad: list[tuple[int, str]] = field(default_factory=list)
+    torn_line: int | None = None
+    ended: bool = False
+    written: int | None = None
+    events: int = 0
+
+    def limit(self) -> int:
+        return min(BAD_MAX, max(BAD_MIN, int(self.lines * BAD_SHARE)))
+
+    def skipped(self, line: int, why: str) -> None:
+        self.bad += 1
+        if len(self.first_bad) < BAD_NAMED:
+            self.first_bad.append((line, why))
+
+
 def _line_blocks(path: Path, size: int, start: int = 0) -> Iterator[bytes]:
     """The file's whole lines from byte `start`, about `size` bytes at a time (a partial last
     line, left by a probe killed mid-write, is not among them). Arrow's streaming readers
@@ -130,7 +168,94 @@ def _line_blocks(path: Path, size: int, start: int = 0) -> Iterator[bytes]:
             yield block
 
 
-def _csv_batches(path: Path) -> Iterator[pa.RecordBatch]:
+def _numbered_blocks(path: Path, size: int, health: StreamHealth,
+                     start: int = 0, first_line: int = 1) -> Iterator[tuple[int, bytes]]:
+    """_line_blocks' blocks, each with the number of its first line; `health` counts the
+    lines and notes a partial last line."""
+    line = first_line
+    for block in _line_blocks(path, size, start):
+        yield line, block
+        n = block.count(b"\n")
+        line += n
+        health.lines += n
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        if f.read(1) != b"\n" and f.tell() > start:
+            health.torn_line = line
+
+
+def _why(line: bytes) -> str | None:
+    """Why a line is unreadable, in words; None when it may be an event (JSON, an object)."""
+    try:
+        text = line.decode()
+    except UnicodeDecodeError:
+        return "not text (junk bytes)"
+    if not text.strip():
+        return None  # a blank line: no event, and nothing lost (Arrow passes over it)
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return "not JSON"
+    return None if isinstance(rec, dict) else "not a JSON object"
+
+
+def _parsed(block: bytes, line: int, parse: Callable[[bytes], pa.Table], json_lines: bool,
+            path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
+    """A block's events: parsed whole, or when Arrow refuses it, its lines sorted out: those
+    not even JSON (a JSON stream's) at once, the rest parsed together and, if Arrow still
+    refuses them (a field of the wrong type), halved until the bad ones are alone. Each bad
+    line is counted in `health` and skipped (InputError past BAD_MAX)."""
+    try:
+        yield from parse(block).to_batches()
+        return
+    except pa.ArrowInvalid:
+        pass
+    rows = list(enumerate(block.split(b"\n")[:-1], start=line))
+    if json_lines:
+        checked = [(n, text, _why(text)) for n, text in rows]
+        for n, _, why in checked:
+            if why is not None:
+                _skip(path, health, n, why)
+        rows = [(n, text) for n, text, why in checked if why is None]
+    why = "a field of the wrong type" if json_lines else "not a row of the header's columns"
+    yield from _halved(rows, parse, why, path, health)
+
+
+def _halved(rows: list[tuple[int, bytes]], parse: Callable[[bytes], pa.Table], why: str,
+            path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
+    if not rows:
+        return
+    try:
+        table = parse(b"".join(text + b"\n" for _, text in rows))
+    except pa.ArrowInvalid:
+        if len(rows) == 1:
+            _skip(path, health, rows[0][0], why)
+            return
+        half = len(rows) // 2
+        yield from _halved(rows[:half], parse, why, path, health)
+        yield from _halved(rows[half:], parse, why, path, health)
+        return
+    yield from table.to_batches()
+
+
+def _skip(path: Path, health: StreamHealth, line: int, why: str) -> None:
+    health.skipped(line, why)
+    if health.bad > BAD_MAX:
+        raise _refusal(path, health, upto=line)
+
+
+def _refusal(path: Path, health: StreamHealth, upto: int | None = None) -> InputError:
+    """The stream refused: its first bad line, how many, and what to do. `upto`: refused
+    there, before the end (its lines not all counted yet)."""
+    first, why = health.first_bad[0]
+    many = f"{health.bad} unreadable lines by line {upto} (at most {BAD_MAX} are skipped)" \
+        if upto is not None else \
+        f"{health.bad} of {health.lines} lines unreadable (at most {health.limit()} are skipped)"
+    return InputError(path, first, f"{why}; {many}: the event stream is damaged. Capture "
+                      "again, or move the file away to analyse without its events")
+
+
+def _csv_batches(path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
     """A CSV stream's blocks, each parsed under the file's header line: the schema's columns
     only, typed as there (a column the schema lacks would be typed from the first block
     alone), those a CSV from an older probe lacks null."""
@@ -142,42 +267,65 @@ def _csv_batches(path: Path) -> Iterator[pa.RecordBatch]:
         column_types={f.name: f.type for f in EVENT_SCHEMA},
         include_columns=[f.name for f in EVENT_SCHEMA], include_missing_columns=True,
         strings_can_be_null=True, quoted_strings_can_be_null=False)
-    for block in _line_blocks(path, _BLOCK * _PARSERS, start=len(header)):
-        yield from pacsv.read_csv(pa.BufferReader(header + block), convert_options=options,
-                                  read_options=pacsv.ReadOptions(
-                                      block_size=max(_BLOCK, 1 << 16))).to_batches()
+    read = pacsv.ReadOptions(block_size=max(_BLOCK, 1 << 16))
+
+    def parse(block: bytes) -> pa.Table:
+        return pacsv.read_csv(pa.BufferReader(header + block), convert_options=options,
+                              read_options=read)
+    for line, block in _numbered_blocks(path, _BLOCK * _PARSERS, health, start=len(header),
+                                        first_line=2):
+        yield from _parsed(block, line, parse, False, path, health)
 
 
-def _json_batches(path: Path) -> Iterator[pa.RecordBatch]:
+def _json_batches(path: Path, health: StreamHealth) -> Iterator[pa.RecordBatch]:
     options = pajson.ParseOptions(explicit_schema=EVENT_SCHEMA,
                                   unexpected_field_behavior="ignore")
-    for block in _line_blocks(path, _BLOCK * _PARSERS):
-        yield from pajson.read_json(pa.BufferReader(block), parse_options=options,
-                                    # Arrow's blocks hold whole lines: an event's is < 1 KiB
-                                    read_options=pajson.ReadOptions(
-                                        block_size=max(_BLOCK, 1 << 16))).to_batches()
+    # Arrow's blocks hold whole lines: an event's is < 1 KiB
+    read = pajson.ReadOptions(block_size=max(_BLOCK, 1 << 16))
+
+    def parse(block: bytes) -> pa.Table:
+        return pajson.read_json(pa.BufferReader(block), parse_options=options,
+                                read_options=read)
+    for line, block in _numbered_blocks(path, _BLOCK * _PARSERS, health):
+        yield from _parsed(block, line, parse, True, path, health)
 
 
 class EventStream:
     """One stream's events a block at a time, as Arrow tables with the schema's columns in its
-    order (meta and counter rows taken out). Once iterated, `meta` is the stream's meta line
-    and `lost` the events the probe lost (its ring buffer full)."""
+    order (meta and counter rows taken out). Once iterated, `meta` is the stream's meta line,
+    `lost` the events the probe lost (its ring buffer full) and `health` what the reading found
+    of the stream's completeness; unreadable lines were warned about on stderr (`warn`) and
+    skipped, InputError when there were more than a stream may hold."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, warn: bool = True) -> None:
         self.path = Path(path)
         self.meta: dict[str, Any] = {}
         self.lost = 0
+        self.health = StreamHealth()
+        self.warn = warn
 
     def __iter__(self) -> Iterator[pa.Table]:
         path = self.path
+        self.health = StreamHealth()
         if not path.is_file() or path.stat().st_size == 0:
             return
+        yield from self._tables()
+        h = self.health
+        if h.bad > h.limit():
+            raise _refusal(path, h)
+        if self.warn:
+            for line in warnings(path, h):
+                print(f"istrace: {line}", file=sys.stderr)
+
+    def _tables(self) -> Iterator[pa.Table]:
+        path = self.path
         if path.suffix == ".csv":
             self.meta = _side_meta(path.with_suffix(".meta.json"))
-            reader = _csv_batches(path)
+            reader = _csv_batches(path, self.health)
         else:
             self.meta = _meta_line(path)
-            reader = _json_batches(path)
+            self.health.written = _written(path)
+            reader = _json_batches(path, self.health)
         names = [f.name for f in EVENT_SCHEMA]
         for batch in reader:
             table = pa.Table.from_batches([batch]).select(names)
@@ -186,9 +334,41 @@ class EventStream:
                 table["event"], value_set=pa.array(["lost", "end"]))))
             top = pc.max(counters["lost"]).as_py() if counters.num_rows else None
             self.lost = max(self.lost, int(top or 0))
+            if counters.num_rows and pc.any(pc.equal(counters["event"], "end")).as_py():
+                self.health.ended = True
             table = table.filter(pc.invert(is_meta)).drop_columns(["lost"])
+            self.health.events += table.num_rows
             if table.num_rows:
                 yield table
+
+
+def warnings(path: Path, h: StreamHealth) -> list[str]:
+    """What a stream's reading skipped, one line each, naming the file and the lines."""
+    out = []
+    if h.bad:
+        (first, why), more = h.first_bad[0], [str(n) for n, _ in h.first_bad[1:]]
+        out.append(f"{path}: line {first}: {why}: skipped ({h.bad} unreadable line"
+                   + (f"s in all: {', '.join([str(first), *more])}"
+                      + (" ..." if h.bad > len(h.first_bad) else "") if h.bad > 1 else "")
+                   + ")")
+    if h.torn_line is not None:
+        out.append(f"{path}: line {h.torn_line}: cut mid-line (the probe stopped while "
+                   "writing it): skipped")
+    return out
+
+
+def _written(path: Path) -> int | None:
+    """The events the probe says it wrote (its end record, the last line of a JSON stream);
+    None without one."""
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 4096))
+        last = f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    try:
+        rec = json.loads(last)
+    except ValueError:
+        return None
+    n = rec.get("events") if isinstance(rec, dict) and rec.get("event") == "end" else None
+    return int(n) if isinstance(n, int) else None
 
 
 def _meta_line(path: Path) -> dict[str, Any]:

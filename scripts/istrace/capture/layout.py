@@ -5,7 +5,8 @@ has the table of who writes and who reads each).
     DIR/<host>.pcap                    each end's packets (tcpdump)
     DIR/events-<host>.jsonl|.csv       each end's probe events (istrace-probe)
     DIR/hoststats-<host>.jsonl         each end's sampled tcp_info and CPU (istrace.session)
-    DIR/decoded/<host>/*.csv           the decoder's tables (istrace-decode --csv-dir)
+    DIR/decoded/<host>/*.csv           the decoder's tables (istrace-decode --csv-dir), and
+                                       decoder.log: what it said of the pcap (its stderr)
     DIR/merged.parquet, clock.json     one clock, one trace of events and PDUs (istrace merge)
     DIR/segments/host=<host>/*.parquet every TCP segment on that clock, tied to its command
                                        (istrace merge; Hive-partitioned by host)
@@ -15,10 +16,18 @@ has the table of who writes and who reads each).
     DIR/plots/, report.html, trace.json  (istrace plot, report)
     DIR/verdict.json                   what limited the transfer (istrace report)
     DIR/verdict.parquet                its shares, a row per cause, for queries across captures
+    DIR/merged.inputs.json, decoded/<host>/inputs.json  what the merge and the decode were made
+                                       from (istrace.capture.stamps)
+    DIR/.istrace.lock                  held by the analysis running on DIR (istrace.capture.lock)
+
+A directory the analysis cannot write to (an archive on a read-only share) is analysed in
+its cache directory (cache_dir), which mirrors it (istrace.capture.place): the same names.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -41,6 +50,21 @@ PDUS = "pdus.csv"
 COMMANDS = "commands.csv"
 CONNECTIONS = "connections.csv"
 SEGMENTS = "segments.bin"
+# what the decoder said of the pcap as it decoded it (its stderr: "capture ends early", ...)
+DECODER_LOG = "decoder.log"
+INPUTS = "inputs.json"            # in decoded/<host>/: the pcap its tables were decoded from
+MERGE_INPUTS = "merged.inputs.json"  # the pcaps and event streams the merge was made from
+LOCK = ".istrace.lock"
+
+
+def cache_dir(d: Path) -> Path:
+    """Where the analysis of a capture directory it cannot write goes:
+    $XDG_CACHE_HOME/istrace/<hash of d's full path>/<d's name> (~/.cache without
+    XDG_CACHE_HOME); the name kept last, so reports and comparisons still call it by it."""
+    d = d.resolve()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    key = hashlib.sha256(str(d).encode()).hexdigest()[:16]
+    return base / "istrace" / key / (d.name or "capture")
 
 
 def pcap(d: Path, host: str) -> Path:
@@ -114,12 +138,6 @@ def capture_inputs(d: Path) -> list[Path]:
     return [p for p in (pcap(d, h) for h in HOSTS) if p.is_file()] + events_files(d)
 
 
-def merge_outdated(d: Path) -> bool:
-    """Whether d's merged.parquet (and clock.json, made with it) was made before the capture's
-    pcaps or event streams were written: it describes an earlier capture."""
-    return older_than(d / MERGED, *capture_inputs(d))
-
-
 def has_capture_input(d: Path) -> bool:
     """Anything an analysis can start from: a pcap or a probe event stream of either host."""
     return any(pcap(d, h).is_file() for h in HOSTS) or bool(events_files(d))
@@ -131,9 +149,9 @@ _SESSION_FILES = (META, "probe.log", "workload.stdout", "workload.stderr")
 _HOST_FILES = ("{h}.pcap", "{h}.pcapng", "events-{h}.jsonl", "events-{h}.csv",
                "events-{h}.meta.json", "hoststats-{h}.jsonl", "tcpdump-{h}.log",
                "probe-{h}.log")
-_DERIVED = (MERGED, MERGED_CSV, CLOCK, SEGMENT_TABLE, COMMAND_TABLE, PLOTS, REPORT, VERDICT,
-            VERDICT_TABLE, TRACE_JSON, "decoded")
-_DECODED_TABLES = (PDUS, COMMANDS, CONNECTIONS, SEGMENTS)
+_DERIVED = (MERGED, MERGED_CSV, MERGE_INPUTS, CLOCK, SEGMENT_TABLE, COMMAND_TABLE, PLOTS,
+            REPORT, VERDICT, VERDICT_TABLE, TRACE_JSON, "decoded")
+_DECODED_TABLES = (PDUS, COMMANDS, CONNECTIONS, SEGMENTS, INPUTS)
 
 
 def earlier_capture(d: Path) -> list[Path]:

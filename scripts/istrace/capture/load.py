@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from istrace.capture import clockfile, decoderun, layout
+from istrace.capture import clockfile, decoderun, layout, stamps
 from istrace.capture.decoded import DecodeError, read_table, segments_file
 from istrace.capture.decoderun import decode_to_dir
 from istrace.capture.events import (
@@ -73,6 +73,8 @@ class Capture:
     clock: dict[str, Any] = field(default_factory=dict)
     ports: tuple[int, ...] = (DEFAULT_PORT,)  # the iSCSI target port(s) the tables were cut to
     track: Any = None  # istrace.track.of_capture.track_capture fills it in
+    meta_error: str | None = None  # why meta.json, present, could not be read
+    checks: Any = None  # istrace.report.checks.of fills it in: the inputs' cross-checks
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -178,7 +180,8 @@ def load_capture(d: str | Path, decode: bool = True,
         try:
             cap.meta = read_meta(d)
         except ValueError as exc:
-            cap.warnings.append(f"meta.json unreadable: {exc}")
+            cap.meta_error = str(exc)
+            cap.missing.append(f"meta.json (unreadable: {exc})")
     else:
         cap.missing.append("meta.json (run parameters: delay, workload, capture drops)")
     cap.ports = tuple(ports) if ports else target_ports(cap.meta)
@@ -198,7 +201,10 @@ def load_capture(d: str | Path, decode: bool = True,
                 continue  # none yet, or decoded from an earlier pcap: decoded again below
             if (cand / layout.PDUS).is_file():
                 found = cand
-                if layout.older_than(cand / layout.PDUS, pcap):
+                if cand == layout.decoded_dir(d, host):
+                    for p in stamps.judge(cand / layout.INPUTS, [pcap])[1]:
+                        cap.warnings.append(stamps.kept_note(p, cand / layout.INPUTS))
+                elif layout.older_than(cand / layout.PDUS, pcap):
                     cap.warnings.append(f"{cand / layout.PDUS} is older than {pcap.name}: "
                                         "decoded from an earlier pcap? (decoded by hand: "
                                         "not decoded again)")
@@ -231,11 +237,14 @@ def load_capture(d: str | Path, decode: bool = True,
                 cap.connections = _read_csv(found / layout.CONNECTIONS)
 
     merged = d / layout.MERGED
-    if layout.merge_outdated(d):
+    why = stamps.merge_state(d) if merged.is_file() else None
+    if why is not None and "unreadable" in why:
+        cap.warnings.append(f"{why}: not used (istrace merge makes it again)")
+    elif why is not None:
         cap.warnings.append("merged.parquet (and clock.json) are older than the capture's "
                             "pcaps or event streams: made from an earlier capture? "
                             "(istrace merge makes them again)")
-    if merged.is_file():
+    if merged.is_file() and (why is None or "unreadable" not in why):
         try:
             cap.merged_columns = pq.read_schema(merged).names
         except (OSError, ValueError) as exc:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from istrace.capture import layout
+from istrace.capture import decoderun, layout
 from istrace.system import paths
 
 _COUNTERS = {
@@ -140,7 +140,7 @@ def target_ports(meta: dict[str, Any]) -> tuple[int, ...]:
 def negotiated(pcap: Path, port: int = 3260) -> dict[str, Any]:
     """Login parameters from the first packets of `pcap` (the decoder on a short prefix)."""
     try:
-        decoder = paths.binary("istrace-decode")
+        decoderun.decoder()
     except paths.MissingBinary as exc:
         return {"unavailable": str(exc)}
     if not pcap.exists() or pcap.stat().st_size == 0:
@@ -152,12 +152,13 @@ def negotiated(pcap: Path, port: int = 3260) -> dict[str, Any]:
                         f"tcp port {port}"], capture_output=True, timeout=60, check=False)
         if not head.exists():
             return {"unavailable": "could not cut the capture's first packets"}
-        r = subprocess.run([str(decoder), "-q", "--csv-dir", str(tmp), "--port", str(port),
-                            str(head)], capture_output=True, text=True, timeout=120,
-                           check=False)
-        conns = tmp / "connections.csv"
-        if r.returncode != 0 or not conns.exists():
-            return {"unavailable": f"decoder found no login ({r.stderr.strip()[:200]})"}
+        try:
+            decoderun.decode_to_dir(head, tmp / "decoded", ports=[port], timeout=120)
+        except decoderun.DecodeError as exc:
+            return {"unavailable": f"decoder found no login ({str(exc)[:200]})"}
+        conns = tmp / "decoded" / "connections.csv"
+        if not conns.exists():
+            return {"unavailable": "decoder found no login"}
         from istrace.capture.decoded import read_table
 
         df = read_table(conns)

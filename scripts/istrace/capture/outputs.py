@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from istrace.capture import layout
+from istrace.capture.swapwrite import replace_text, replacing
 from istrace.capture.tracksamples import FileSamples, SamplesLike, as_samples, write_samples
 from istrace.capture.tracktables import (
     EVENT_COLUMNS,
@@ -48,12 +49,13 @@ def write_track_tables(samples: SamplesLike, states: pd.DataFrame | TrackTable,
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
     """Arrow's CSV writer (a sample per packet makes millions of rows: ten times faster than
     pandas'); pandas' for a column Arrow cannot type."""
-    try:
-        table = pa.Table.from_pandas(df, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        df.to_csv(path, index=False)
-        return
-    pacsv.write_csv(table, path, pacsv.WriteOptions(quoting_style="needed"))
+    with replacing(path) as tmp:
+        try:
+            table = pa.Table.from_pandas(df, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            df.to_csv(tmp, index=False)
+            return
+        pacsv.write_csv(table, tmp, pacsv.WriteOptions(quoting_style="needed"))
 
 
 def _json_safe(x: Any) -> Any:
@@ -73,9 +75,9 @@ def write_verdict(verdict: dict[str, Any], d: Path) -> Path:
     """verdict.json (docs/schema.md §8) beside report.html, read back with read_verdict; and
     its shares as verdict.parquet (verdict_rows), for queries across captures."""
     p = d / layout.VERDICT
-    p.write_text(json.dumps(_json_safe(verdict), indent=1) + "\n")
-    pq.write_table(pa.Table.from_pandas(verdict_rows(verdict), preserve_index=False),
-                   d / layout.VERDICT_TABLE)
+    with replacing(d / layout.VERDICT_TABLE) as tmp:
+        pq.write_table(pa.Table.from_pandas(verdict_rows(verdict), preserve_index=False), tmp)
+    replace_text(p, json.dumps(_json_safe(verdict), indent=1) + "\n")
     return p
 
 

@@ -1,10 +1,9 @@
 """The decoded PDU tables of a capture, read from the decoder's pdus.csv when a step asks for
 them and let go when it is done, not held for the whole analysis.
 
-A full-rate minute has 62 000 PDUs a host (2 million with 8 KiB Data-In PDUs); held from
-the load on, they were 10 MB in every one of the report's processes (each forked holding
-them) and the largest part of what grew with the capture's length. Reading the analysed
-columns back costs 0.05 s a host, and each step reads only what it needs.
+Held from the load on, the PDUs were in every one of the report's processes (each forked
+holding them) and were what grew most with the capture's length. Reading the analysed
+columns back is cheap, and each step reads only what it needs.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ from istrace.capture.decoded import (
     table_columns,
 )
 
-# the PDU table's text columns that name one of a few values: read as categoricals (a
-# minute's 65 000 PDUs a host held 6 MB of repeated text, in each of the report's processes)
+# the PDU table's text columns that name one of a few values: read as categoricals, so
+# each process holds a code per row, not the same text again and again
 PDU_LABELS = ["conn", "dir", "opcode_name", "cdb_name"]
 BLOCK_ROWS = 4096  # read_where's rows a block: its parser holds every field of a block's rows
 

@@ -113,6 +113,16 @@ class Segments:
                 best = m if best is None else min(best, m)
         return best
 
+    def ts_span(self) -> tuple[int, int] | None:
+        """The earliest and the latest time stamp (None: no rows)."""
+        lo = hi = None
+        for a, b in zip(self.cuts()[:-1], self.cuts()[1:], strict=True):
+            if b > a:
+                ts = self.read(["ts_ns"], a, b)["ts_ns"]
+                lo = int(ts.min()) if lo is None else min(lo, int(ts.min()))
+                hi = int(ts.max()) if hi is None else max(hi, int(ts.max()))
+        return None if lo is None or hi is None else (lo, hi)
+
     def payload_by_dir(self) -> dict[str, int]:
         """Payload bytes per direction (every step asks which direction carried the data)."""
         return self.cached("payload_by_dir", self._payload_by_dir)

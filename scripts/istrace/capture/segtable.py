@@ -51,8 +51,8 @@ class SegmentTableWriter:
         # dictionary pages for the labels only: tried on every integer column they are
         # built and thrown away (half the write time, the same file size after lz4). The
         # integers delta-encoded: times, sequence numbers and lengths step by little from
-        # row to row (a 10 s full-rate capture's table: 33 -> 6 MB, written a quarter faster
-        # and read back in 60% of the time; DuckDB, Spark and Trino read the encoding)
+        # row to row, so the file is far smaller and faster both ways (DuckDB, Spark and
+        # Trino read the encoding)
         self._w = pq.ParquetWriter(
             self._tmp, SCHEMA, compression="lz4", use_dictionary=["conn", "dir"],
             column_encoding={f.name: "DELTA_BINARY_PACKED" for f in SCHEMA

@@ -1,17 +1,43 @@
 """A Parquet file written beside the one it replaces and renamed over it on a clean close: a
 step that fails leaves neither a half-written table nor the old one changed. The tracker's
 writers (tracksamples.SampleWriter, tracktables.TableWriter) are these, and gather the small
-parts a slice of tracking gives into row groups (`Gathered`)."""
+parts a slice of tracking gives into row groups (`Gathered`). Any other whole file of a
+capture directory (verdict.json, report.html, trace.json, a plot, a CSV) goes through
+`replacing`, the same rule for a writer that is given a path."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary name beside `path` to write to; renamed over `path` when the block ends
+    cleanly, removed when it fails (a killed run leaves only a hidden .tmp, which no reader
+    takes for the file). A symlink at `path` (a read-only capture's mirror) is replaced, its
+    target left alone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # the suffix kept last: a writer that takes the format from the name (matplotlib) still can
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def replace_text(path: Path, text: str) -> None:
+    """`text` as the whole of `path` (through `replacing`)."""
+    with replacing(path) as tmp:
+        tmp.write_text(text)
 
 
 class SwapWriter:
@@ -21,7 +47,7 @@ class SwapWriter:
     def __init__(self, path: Path, schema: pa.Schema, **options: Any) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = path.with_name(f".{path.name}.tmp")
+        self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         self.writer = pq.ParquetWriter(self._tmp, schema, **options)
         self.pending = Gathered()  # small parts not yet written as a row group
         self.done = False

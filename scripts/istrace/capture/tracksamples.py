@@ -6,8 +6,8 @@ The rows come in series: one connection, direction, capture point (host) and sou
 each series a row group at a time as the tracker makes it, and gives back `FileSamples`, which
 reads the row groups a step asks for when it asks; `FrameSamples` holds a table in memory (what
 tests and small tools build). A step walks the series it needs a chunk at a time
-(`chunks`, `timed`): on a 60 s capture the samples were 0.37 GB of the report's 0.9 GB peak,
-held from the tracking to the end (issue 17).
+(`chunks`, `timed`): held from the tracking to the end, the samples were the largest part of
+the report's peak (issue 17).
 """
 
 from __future__ import annotations
@@ -201,8 +201,8 @@ class FileSamples(Samples):
             yield v[~np.isnan(v)]
 
     def time_range(self, **where: str | None) -> tuple[int, int] | None:
-        # from the row groups' statistics (SampleWriter writes the time's), no row read: a
-        # minute's 11 M samples read for their times were 5 MB of the cwnd plot's peak
+        # from the row groups' statistics (SampleWriter writes the time's), no row read:
+        # reading every sample's time for two numbers cost the cwnd plot memory for nothing
         want = [i for i, (k, _) in enumerate(self.groups) if _matches(k, where)]
         if not want:
             return None

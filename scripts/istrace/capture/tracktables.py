@@ -5,8 +5,8 @@ A lossy minute at full rate has a hundred thousand marks (retransmissions, dupli
 episodes) and tens of thousands of state intervals; an hour's are millions. The tracker writes
 each connection's and direction's as it finishes them (`TableWriter`) and hands on `FileTable`s:
 the report's processes (its diagnosis, its plotter) each read only the rows and columns a step
-asks for (`read`, `blocks`), when it asks. Held and sent to the plotter, they were 7 MB of a
-60 s capture's report, in each of three processes (issue 17). `FrameTable` holds a table in
+asks for (`read`, `blocks`), when it asks, rather than each holding them whole (issue 17).
+`FrameTable` holds a table in
 memory (what tests, `istrace track` on one pcap and small tools build).
 """
 
@@ -29,8 +29,8 @@ _LABEL = pa.dictionary(pa.int32(), pa.string())
 _TYPES = {"ts_ns": pa.int64(), "start_ns": pa.int64(), "end_ns": pa.int64(),
           "seq": pa.float64(), "bytes": pa.float64(), "cmd": pa.float64()}
 # rows per row group, and per block a reader holds: what a step holds of a table at a time,
-# and what a writer gathers (as Arrow tables of a slice's rows each: 50 000 such rows were
-# 8 MB of the tracking)
+# and what a writer gathers (as Arrow tables of a slice's rows each, which cost far more a
+# row than the values they hold)
 GROUP_ROWS = 1 << 14
 
 # where: a column and the value (or values) its rows must have; None: any

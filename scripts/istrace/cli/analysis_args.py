@@ -1,11 +1,16 @@
-"""What the analysis commands (report, plot, track, merge) share on their command line: the
---port option and the check that a capture directory exists."""
+"""What the analysis commands (report, plot, track, merge, compare) share on their command
+line: the --port option, the check that a capture directory exists, and where the derived
+files go (the capture directory, or its cache when it cannot be written), under its lock."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from istrace.capture import layout, lock, place
 
 
 def _port(text: str) -> int:
@@ -42,3 +47,28 @@ def capture_dir(prog: str, text: str) -> Path | None:
         print(f"{prog}: {d}: not a directory", file=sys.stderr)
         return None
     return d
+
+
+class NoPlace(Exception):
+    """The derived files have nowhere to go (said in one line already)."""
+
+
+@contextmanager
+def working(prog: str, d: Path, into_capture: bool = True) -> Iterator[Path]:
+    """The directory to analyse d in (place.analysis_dir, named in one line when it is not
+    d), held alone for the block (lock.held). NoPlace when the cache cannot be made. A
+    directory with nothing to analyse is given back as it is, for the command to refuse:
+    nothing is made in it or for it."""
+    if not layout.has_capture_input(d):
+        yield d
+        return
+    try:
+        work, note = place.analysis_dir(d, into_capture)
+    except OSError as exc:
+        print(f"{prog}: {d} is not writable and its cache cannot be made ({exc}): give a "
+              "writable XDG_CACHE_HOME", file=sys.stderr)
+        raise NoPlace from exc
+    if note:
+        print(f"{prog}: {note}", file=sys.stderr)
+    with lock.held(work, prog):
+        yield work

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from istrace.capture.inputerror import InputError
 from istrace.cli import VERSION
 from istrace.system import freed
 
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         raise
     try:
         return int(module.main(rest) or 0)
+    except InputError as exc:  # a damaged input: one line, what and where, no traceback
+        print(f"istrace {name}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("istrace: interrupted", file=sys.stderr)
         return 130

@@ -8,8 +8,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from istrace.capture import clockfile
-from istrace.cli.analysis_args import parse, ports_of
+from istrace.capture import clockfile, layout
+from istrace.cli.analysis_args import NoPlace, capture_dir, parse, ports_of, working
 from istrace.merge.merger import MergeError, MergeResult, merge_dir
 
 
@@ -28,17 +28,27 @@ def main(argv: list[str]) -> int:
     csv.add_argument("--no-csv", dest="csv", action="store_const", const=False,
                      help="write only merged.parquet")
     a = parse(ap, argv)
-    ports = ports_of(a)
+    d = capture_dir("istrace merge", str(a.dir))
+    if d is None:
+        return 2
+    try:
+        with working("istrace merge", d) as work:
+            return _merge(work, a)
+    except NoPlace:
+        return 2
+
+
+def _merge(d: Path, a: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
-        r = merge_dir(a.dir, ports, a.offset_ns, a.csv)
+        r = merge_dir(d, ports_of(a), a.offset_ns, a.csv)
     except (MergeError, OSError, ValueError) as exc:
         print(f"istrace merge: {exc}", file=sys.stderr)
         return 1
     for line in summary(r, time.monotonic() - t0):
         print(line)
-    csv = (a.dir / "merged.csv").is_file()
-    print(f"wrote {a.dir / 'merged.parquet'}" + (", merged.csv" if csv else "") + ", clock.json")
+    csv = (d / layout.MERGED_CSV).is_file()
+    print(f"wrote {d / layout.MERGED}" + (", merged.csv" if csv else "") + ", clock.json")
     return 0
 
 

@@ -3,7 +3,8 @@
 Reads a capture directory (whatever it holds, see istrace.capture.load), writes PNG + SVG per
 plot into DIR/plots/ (or --out), and prints what it made and what input was missing. The
 tracker's tables it plots from are written beside the capture's (DIR/track.parquet and the
-rest, as `istrace track` writes them), not held in memory: a sample per packet.
+rest, as `istrace track` writes them), not held in memory: a sample per packet. A directory it
+cannot write is analysed in its cache (istrace.capture.place), named in one line.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from istrace.capture import layout
 from istrace.capture.load import EmptyCapture
-from istrace.cli.analysis_args import capture_dir, parse, ports_of
+from istrace.cli.analysis_args import NoPlace, capture_dir, parse, ports_of, working
 from istrace.plot.render import KINDS, make_plots
 from istrace.track.of_capture import load_tracked
 
@@ -36,6 +37,14 @@ def main(argv: list[str]) -> int:
         print(f"istrace plot: unknown kind {bad[0]!r} (choose from {', '.join(KINDS)}, all)",
               file=sys.stderr)
         return 2
+    try:
+        with working("istrace plot", d) as work:
+            return _plot(work, args, kinds)
+    except NoPlace:
+        return 2
+
+
+def _plot(d: Path, args: argparse.Namespace, kinds: list[str]) -> int:
     print(f"loading {d} ...", file=sys.stderr)
     try:
         cap = load_tracked(d, ports=ports_of(args), to_file=True)

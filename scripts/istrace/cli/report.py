@@ -4,7 +4,9 @@ Runs what it can: merge (`istrace merge`, when merged.parquet is absent and the 
 probe events are there; --no-merge: not), decode (if the decoder is built and pdus.csv is
 absent), track, every plot;
 then writes the diagnosis the study drew by hand, in words and numbers, saying which inputs
-were missing and warning loudly about capture drops.
+were missing and warning loudly about capture drops. A directory it cannot write is analysed
+in its cache (istrace.capture.place), named in one line; one report at a time on a directory
+(a second waits, istrace.capture.lock).
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-from istrace.capture import decoderun, layout
+from istrace.capture import decoderun, layout, stamps
 from istrace.capture.meta import capture_ports
-from istrace.cli.analysis_args import capture_dir, parse, ports_of
+from istrace.cli.analysis_args import NoPlace, capture_dir, parse, ports_of, working
 from istrace.system.paths import MissingBinary
 
 
-def _merge_first(d: Path, ports: tuple[int, ...] | None,
+def _merge_first(d: Path, ports: tuple[int, ...] | None, why: str,
                  decoding: dict[str, decoderun.Decoding] | None) -> None:
     """`istrace merge d` first, when d has no merged.parquet and has what a merge reads (a
     pcap or a probe event stream): one interpreter for both steps, not two loading the same
@@ -34,9 +36,8 @@ def _merge_first(d: Path, ports: tuple[int, ...] | None,
     from istrace.merge.merger import MergeError, finish_decoding, merge_dir
     from istrace.system import forked
 
-    print("report: merged.parquet older than the capture: merging again (istrace merge)"
-          if (d / layout.MERGED).is_file() else
-          "report: no merged.parquet: merging first (istrace merge)", file=sys.stderr)
+    print(f"report: {why}: merging " + ("first" if why.startswith("no ") else "again")
+          + " (istrace merge)", file=sys.stderr)
     t0 = time.monotonic()
     try:
         decoded = finish_decoding(d, ports, decoding=decoding)
@@ -69,9 +70,16 @@ def main(argv: list[str]) -> int:
     d = capture_dir("istrace report", args.dir)
     if d is None:
         return 2
-    merging = not args.no_merge \
-        and (not (d / layout.MERGED).is_file() or layout.merge_outdated(d)) \
-        and layout.has_capture_input(d)
+    try:
+        with working("istrace report", d) as work:
+            return _report(work, args)
+    except NoPlace:
+        return 2
+
+
+def _report(d: Path, args: argparse.Namespace) -> int:
+    why = None if args.no_merge or not layout.has_capture_input(d) else stamps.merge_state(d)
+    merging = why is not None
     decoding = _start_decoders(d, capture_ports(d, ports_of(args))) if merging else None
     try:
         # the analysis' libraries imported while the decoders run
@@ -79,7 +87,7 @@ def main(argv: list[str]) -> int:
         from istrace.report.html import report
 
         if merging:
-            _merge_first(d, ports_of(args), decoding)
+            _merge_first(d, ports_of(args), str(why), decoding)
     finally:
         for run in (decoding or {}).values():
             run.cancel()  # those the merge did not finish (it failed or was interrupted)
@@ -89,7 +97,8 @@ def main(argv: list[str]) -> int:
         print(f"istrace report: {exc}", file=sys.stderr)
         return 2
     for w in diag["warnings"]:
-        print(f"WARNING: {w}", file=sys.stderr)
+        if not stamps.said(w):  # said when it was found
+            print(f"WARNING: {w}", file=sys.stderr)
     for f in diag["verdict_lines"] + diag["findings"]:
         print(f"- {f}")
     for m in diag["missing"]:

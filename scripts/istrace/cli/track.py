@@ -8,7 +8,8 @@ directions from that single capture point.
 
 Writes three tables: the samples (--out, default DIR/track.parquet), and beside it
 <stem>_states.parquet (CA-state intervals) and <stem>_events.parquet (retransmit/dupack/loss
-marks); CSV all three when --out ends in .csv.
+marks); CSV all three when --out ends in .csv. A directory it cannot write is read, and its
+decoded tables and default output made, in its cache (istrace.capture.place), named in one line.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from istrace.capture import layout
+import pandas as pd
+from istrace.capture import layout, place
 from istrace.capture.decoded import DecodeError, conn_and_dir, load_segments, read_table
 from istrace.capture.load import EmptyCapture, load_capture
 from istrace.capture.meta import DEFAULT_PORT
 from istrace.capture.outputs import write_track_tables
-from istrace.cli.analysis_args import parse, ports_of
+from istrace.cli.analysis_args import NoPlace, parse, ports_of, working
 from istrace.system.paths import MissingBinary
 from istrace.track import tracker as track
 from istrace.track.of_capture import track_capture
@@ -79,23 +81,46 @@ def main(argv: list[str]) -> int:
             return 2
     try:
         if src.is_dir():
-            cap = load_capture(src, ports=ports_of(args))
-            if pdus is not None:
-                cap.pdus["initiator"] = pdus
-            out = Path(args.out) if args.out else src / layout.TRACK
-            # Parquet: the samples written as they are made (a row per packet: millions)
-            res = track_capture(cap, None if out.suffix == ".csv" else out)
+            with working("istrace track", src) as work:
+                return _track_dir(work, args, pdus)
         elif src.is_file():
             segs = conn_and_dir(load_segments(src), ports_of(args) or (DEFAULT_PORT,))
             res = track.track_pcap(segs, pdus, host=args.host)
-            out = Path(args.out) if args.out else src.with_name(src.name.split(".")[0]
-                                                                 + ".track.parquet")
+            out = Path(args.out) if args.out else _beside(src)
         else:
             print(f"istrace track: {src}: no such file or directory", file=sys.stderr)
             return 2
     except (DecodeError, MissingBinary, EmptyCapture) as exc:
         print(f"istrace track: {exc}", file=sys.stderr)
         return 2
+    except NoPlace:
+        return 2
+    return _written(res, out)
+
+
+def _beside(pcap: Path) -> Path:
+    """A pcap's default samples table: beside it, or in its folder's cache when that folder
+    cannot be written (said in one line)."""
+    name = pcap.name.split(".")[0] + ".track.parquet"
+    if place.writable(pcap.parent):
+        return pcap.with_name(name)
+    cache = layout.cache_dir(pcap.parent)
+    print(f"istrace track: {pcap.parent} is not writable: derived files go to {cache}",
+          file=sys.stderr)
+    return cache / name
+
+
+def _track_dir(d: Path, args: argparse.Namespace, pdus: pd.DataFrame | None) -> int:
+    cap = load_capture(d, ports=ports_of(args))
+    if pdus is not None:
+        cap.pdus["initiator"] = pdus
+    out = Path(args.out) if args.out else d / layout.TRACK
+    # Parquet: the samples written as they are made (a row per packet: millions)
+    res = track_capture(cap, None if out.suffix == ".csv" else out)
+    return _written(res, out)
+
+
+def _written(res: track.TrackResult, out: Path) -> int:
     paths = write_track_tables(res.samples, res.states, res.events, out)
     print(summary(res))
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -83,8 +83,8 @@ def cpu_bound(ini: float, tgt: float, ours: float, cpus: int) -> str:
 
 def measure(tb: repro_run.Testbed, p: Row, secs: float) -> Row:
     """One point; measured again (at most twice) when other jobs took a share of the CPU the
-    point's figures depend on, and the least disturbed measurement kept (CI saw a 512-byte
-    latency point at 506 us beside 424 us for 4 KiB, with other jobs at 0.46 CPU)."""
+    point's figures depend on, and the least disturbed measurement kept: a disturbed point
+    can put a smaller block's latency above a larger one's."""
     best = _measure_once(tb, p, secs)
     for _ in range(MEASURE_TRIES - 1):
         if float(best["other"]) <= DISTURBED_CPU:

@@ -10,8 +10,8 @@ holds what the report found, so the table is the product's answer, not this scri
 - `readers`: N parallel synchronous 512-byte readers (fio psync) under a SCSI queue_depth:
   transactions/s, the most SCSI commands ever outstanding, and the cap the report names.
 
-Absolute rates are the emulator's (a 512-byte read costs ~13 ms of emulated CPU against a
-10 ms round trip); the splits and ceilings are the kernel's.
+Absolute rates are the emulator's (a small read costs more emulated CPU than the round
+trip); the splits and ceilings are the kernel's.
 """
 
 from __future__ import annotations

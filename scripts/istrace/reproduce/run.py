@@ -163,9 +163,9 @@ def run_gen(tb: Testbed, size: str, time_s: float, queue_depth: int = 1, session
 
 
 def best_of(runs: int, measure: Callable[[], GenResult]) -> GenResult:
-    """The best of `runs` measurements. Other jobs on a shared machine can stall one run (a
-    2 s run once fell from 58 to 3.5 trans/s); they never make a run faster than the path
-    allows, so the best run is the one that measured the system rather than the neighbours."""
+    """The best of `runs` measurements. Other jobs on a shared machine can stall one run;
+    they never make a run faster than the path allows, so the best run is the one that
+    measured the system rather than the neighbours."""
     results = [measure() for _ in range(max(1, runs))]
     return max(results, key=lambda r: r.iops if math.isnan(r.mbps) else r.mbps)
 
@@ -221,8 +221,8 @@ def _run_json(tb: Testbed, argv: list[str], time_s: float,
 def ping_rtt_ms(tb: Testbed, count: int = 5) -> float:
     """Minimum ping RTT across the path (the path's own round trip, stack included).
 
-    The minimum, not the mean: one echo held up by a busy CPU (seen: a 170 ms mean on a 4 ms
-    path) would otherwise inflate every bound computed from it.
+    The minimum, not the mean: one echo held up by a busy CPU would otherwise inflate every
+    bound computed from it.
     """
     out = tb.run_ini(["ping", "-c", str(count), "-i", "0.2", "-W", "2", tb.tgt_ip],
                      capture_output=True).stdout

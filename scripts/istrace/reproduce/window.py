@@ -76,8 +76,7 @@ def sender_views(tb: repro_run.Testbed, seconds: float, write: bool = False,
 
     One shell in the sender's namespace runs the looks: the window moves with the reader
     (at MSS 536 it swings by half as the receive queue is pruned), and the bound is its top,
-    so the looks must be dense. Spawning `ss` from here every 50 ms took ~15 looks a second
-    and missed the top by up to 17% (CI: a measured rate at 1.17x its "bound")."""
+    so the looks must be dense: spawning `ss` from Python is too slow to catch the top."""
     port = "dport" if write else "sport"
     loop = (f"n=0; while [ $n -lt {max_looks} ]; do "
             f"ss -tni state established '( {port} = :3260 )'; echo {LOOK_SEP}; "

@@ -79,7 +79,7 @@ def start_fed(fn: Callable[[Callable[[], Any]], T], nested: bool = False
 
     # what is sent goes by a thread of its own: a pipe holds 64 KiB, and the process reads
     # only when it asks (the plotter, once its first plots are drawn), so a send from here
-    # stalled the caller until then (the report's tracking waited 2 s of 4 on its plotter).
+    # stalled the caller until then (the report's tracking sat waiting on its plotter).
     # The thread closes the pipe after the last one: a get() past it is an EOFError there.
     outbox: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 

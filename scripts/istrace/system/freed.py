@@ -3,8 +3,8 @@
 A step over a full-rate capture allocates and frees hundreds of MB of slice-sized arrays. The
 C library keeps freed heap memory for reuse and Arrow's allocator keeps its freed pages, so
 the process's resident size after a step is its peak, not what it still holds: the next
-step's allocations then come on top (on the 60 s capture, 350 MB of the report's peak was
-memory freed by earlier steps). `give_back` between steps returns it.
+step's allocations then come on top of memory nobody uses. `give_back` between steps
+returns it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ import sys
 # Arrow's allocations through the C library's malloc (Arrow's "system" pool), not its default
 # mimalloc: then one allocator holds what a step freed, and malloc_trim hands it all back.
 # mimalloc (even told to purge at once and commit as it goes) kept what a step's Arrow
-# temporaries (Parquet pages, parsed JSON, text compared as Arrow strings) had used: on a
-# 60 s full-rate capture each of the report's processes peaked 3-10 MB higher with it (the
-# report's largest at 163 MB, 160 with the system pool; the tracking's at 158 against 148),
-# and none ran faster; jemalloc kept more still.
+# temporaries (Parquet pages, parsed JSON, text compared as Arrow strings) had used, so
+# every process peaked higher with it and none ran faster; jemalloc kept more still.
 ARROW_SETTINGS = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 
 
@@ -44,7 +42,7 @@ def prompt_release() -> None:
     subcommand; a process that imported pyarrow already is left as it is). And one malloc
     arena for every thread: what a thread of the report's (one that sends a table to a
     forked process, pickled) freed stayed resident in that thread's arena, which malloc_trim
-    did not give back (a full-rate minute's tracker result sent on: 10 MB for good)."""
+    did not give back, for good."""
     if "pyarrow" in sys.modules:
         return
     for name, value in ARROW_SETTINGS.items():

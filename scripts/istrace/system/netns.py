@@ -39,9 +39,9 @@ def ns_exists(ns: str) -> bool:
 @contextlib.contextmanager
 def _private_ehash() -> Iterator[None]:
     """Namespaces created inside get their own small TCP hash table. A socket dump (ss,
-    inet_diag) walks every bucket of the table it sees: the host's 262144 on a 24 GB machine
-    cost ~3 ms of kernel time per `ss`, 1024 cost microseconds, so sampling the iSCSI
-    sockets every 100 ms stays cheap. The host's own setting is put back at once."""
+    inet_diag) walks every bucket of the table it sees: a host-sized table makes every `ss`
+    slow, a small one keeps sampling the iSCSI sockets every 100 ms cheap. The host's own
+    setting is put back at once."""
     try:
         old = CHILD_EHASH.read_text().strip()
     except OSError:

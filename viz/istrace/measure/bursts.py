@@ -90,9 +90,9 @@ def median_spacing(segs: SegmentsLike, d: str) -> float | None:
     bounded memory: counts per microsecond-wide bin, then per nanosecond in the one or two
     bins holding the middle ranks (spacings of 67 ms or more counted one by one). The bins
     are counted only as far as some spacing reaches: a full-rate capture's spacings are a few
-    microseconds, and a million bins counted for each slice were 25 MB and most of the time.
-    65 536 bins at most (0.5 MB): a spacing of a second, which a minute's capture holds, made
-    every slice's count a million bins long (16 MB)."""
+    microseconds, so a fixed million bins a slice were mostly empty and most of the time.
+    65 536 bins at most: one long pause (a second, which a long capture holds) would
+    otherwise make every slice's count a million bins long."""
     top = 1 << 16
     coarse = np.zeros(0, np.int64)
     for x in _spacings(segs, d):

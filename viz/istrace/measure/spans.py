@@ -83,7 +83,7 @@ def span_arrays(pdus: pd.DataFrame | Iterable[pd.DataFrame] | None,
         ok = starts <= ends
         hi -= lo
         del lo
-        if ok.all():  # no copies: with a key per PDU, each array is 5 MB a 630 000 PDUs
+        if ok.all():  # no copies: with a key per PDU, each array is as long as the PDUs
             yield SpanArrays(name, keys, starts, ends, hi)
         else:
             yield SpanArrays(name, keys[ok], starts[ok], ends[ok], hi[ok])
@@ -95,8 +95,8 @@ def key_ranges(blocks: Iterable[pd.DataFrame], d: str, key: str,
     """Per connection whose stream has a first byte (`base_of`; None: not seen), the range of
     the stream each `key` value's data PDUs in direction `d` cover: (base, keys rising, lowest
     start, highest end; unwrapped from base in the PDUs' order). A block's PDUs of one key in
-    a row are one range at once: with 8 KiB Data-In PDUs a command has 512, and a table of
-    every PDU, read whole, was 65 MB of the pass's peak on a 30 s capture (630 000 PDUs)."""
+    a row are one range at once: with 8 KiB Data-In PDUs a command has 512, so a table of
+    every PDU, read whole, would be hundreds of times larger."""
     runs: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     unwrap: dict[str, tcpseq.Unwrapper | None] = {}
     for b in blocks:
@@ -184,9 +184,8 @@ def _first_last(lo: np.ndarray, hi: np.ndarray, slices: Iterator[dict[str, np.nd
 def data_spans(cap: Capture, host: str, key: str = "cmd") -> list[SpanArrays]:
     """span_arrays of `host`'s segments by `key` ("cmd", "pdu"), with the host's own
     PDUs, else the other end's (the same TCP sequence numbers): worked out once and kept
-    with the segments. The timeline's spans and the diagnosis's data phases read the same
-    (a pass over a minute's 11 M segments, the PDUs read for it: 20 MB at its peak, in
-    the tracer and the diagnosis both)."""
+    with the segments. The timeline's spans and the diagnosis's data phases read the same,
+    so the pass over every segment is made once, not in each process."""
     segs = cap.segs.get(host)
     other = "target" if host == "initiator" else "initiator"
     source = cap.pdus.first([host, other])

@@ -317,7 +317,7 @@ def _in_time_order(frames: list[pd.DataFrame]) -> pd.DataFrame:
     del frames
     # the spans with a start in a row the timeline has, in time order, taken in one pass a
     # column at a time (dropping, filling, filtering and sorting the table in turn copied
-    # it five times: a minute's 150 000 spans, 7 MB a copy)
+    # it five times)
     start, end = out["start_ns"], out["end_ns"]
     known = [r[2] for r in TIMELINE_ROWS]
     keep = np.flatnonzero(start.notna().to_numpy(bool)
@@ -336,9 +336,9 @@ def _in_time_order(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def concat_spans(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Span tables as one, the label columns categorical with the same categories in every
-    part, so that the join keeps them so: a minute's 160 000 spans as text were 40 MB, held
-    by the report and both of its children (sorted categories: ordered as the text would
-    be). Parts given as text or categoricals alike."""
+    part, so that the join keeps them so: as text they were held over again by the report and
+    both of its children (sorted categories: ordered as the text would be). Parts given as
+    text or categoricals alike."""
     labelled = [f.copy(deep=False) for f in frames]  # the callers' tables left as they are
     for c in ("row", "host", "layer", "label"):
         cats = sorted({str(v) for f in labelled for v in pd.unique(f[c].dropna())})

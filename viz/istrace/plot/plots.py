@@ -21,6 +21,7 @@ matplotlib.rcParams["agg.path.chunksize"] = 10_000
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from istrace.capture.swapwrite import replacing  # noqa: E402
 from istrace.capture.tracksamples import Samples, SamplesLike, as_samples  # noqa: E402
 from istrace.capture.tracktables import EVENT_COLUMNS, STATE_COLUMNS, TrackTable, as_table  # noqa: E402
 from istrace.measure.bursts import gaps_from_bursts  # noqa: E402
@@ -46,10 +47,11 @@ def save(fig: Figure, stem: Path, formats: tuple[str, ...] = ("png", "svg")) -> 
     out = []
     for fmt in formats:
         p = stem.with_suffix("." + fmt)
-        if fmt == "png":
-            save_png(fig, p, dpi=110)
-        else:
-            fig.savefig(p, bbox_inches="tight")
+        with replacing(p) as tmp:
+            if fmt == "png":
+                save_png(fig, tmp, dpi=110)
+            else:
+                fig.savefig(tmp, bbox_inches="tight")
         out.append(p)
     plt.close(fig)
     return out

@@ -37,8 +37,7 @@ def shared_passes(cap: Capture) -> None:
     report makes them before it forks its drawing processes, which then find them made,
     where each made its own (the payload three times, the bursts twice), and hands the spans
     to its tracer. The data PDUs' spans, which only the diagnosis reads, are not made here:
-    a span per PDU (630 000 on 30 s of 8 KiB Data-In PDUs, 20 MB) was held by every drawing
-    process forked after."""
+    a span per PDU was held by every drawing process forked after."""
     d = data_dir(cap)
     segs = sender_segs(cap, d)
     if segs is None or segs.empty:
@@ -78,9 +77,8 @@ def one_way_ns(cap: Capture) -> int | None:
 # one-way delay, a burst begun before the window, still reach into it. The margin is the
 # window's length, or ten one-way delays when longer, at most LADDER_PAD_NS (when the delay
 # is not known, that): a command shown has a PDU inside the window at one end or the other,
-# so any margin above the delay shows the same rows (tests/plot/test_plot_data.py), and 2 s
-# either side of a full-rate capture's window of 8 KiB Data-In PDUs were 45 MB of the
-# drawing process, for 20 arrows.
+# so any margin above the delay shows the same rows (tests/plot/test_plot_data.py), and a
+# wider one only reads PDUs no arrow is drawn for.
 LADDER_PAD_NS = 2_000_000_000
 
 
@@ -145,7 +143,8 @@ def needs_track(cap: Capture) -> set[str]:
     return {"cwnd"} | (set() if v is not None and v > 0 else {"ladder"})
 
 
-# what each kind costs to draw, relative (a 20 s full-rate capture's, in tenths of a second)
+# what each kind costs to draw, relative, to share the kinds out between the drawing
+# processes (docs/measurements/report.md has where the figures come from)
 DRAW_COST = {"ladder": 10, "tcpseq": 8, "cwnd": 7, "timeline": 4, "throughput": 5,
              "resptime": 5, "outstanding": 2}
 
@@ -247,8 +246,7 @@ def make_plots(cap: Capture, out: Path, kinds: list[str], window_ms: str | None 
         # this plot's tables and artists, before the next one's. A closed figure is a cycle
         # of artists (its data's arrays in them) that only the cyclic collector frees, and a
         # plot makes few Python objects and many large arrays: left to run when it would, it
-        # ran a plot or two later, and a full-rate minute's drawing process held three
-        # plots' data at once (35 MB more)
+        # ran a plot or two later, with several plots' data held at once
         del fig
         gc.collect()
         freed.give_back()
@@ -293,7 +291,7 @@ def span_parts(cap: Capture, spans_of: dict[str, list[SpanArrays]] | None = None
             m = read_merged(cap.dir, columns, probe_rows_only=True, keep=_held_span_rows)
         except (OSError, ValueError):  # its schema read at load, its rows not: the raw events
             m = None
-        freed.give_back()  # the row groups read and cut (a minute's: 20 MB beside the rows)
+        freed.give_back()  # the row groups read and cut, freed but kept by the allocator
         if m is not None:
             commands = cap.commands.get("initiator")
 

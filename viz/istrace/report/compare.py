@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from istrace.capture import layout  # noqa: E402
 from istrace.capture.outputs import read_verdict, write_verdict  # noqa: E402
+from istrace.capture.swapwrite import replace_text  # noqa: E402
 from istrace.report import verdict  # noqa: E402
 from istrace.track.of_capture import load_tracked  # noqa: E402
 
@@ -105,7 +106,19 @@ def summarize(d: Path) -> dict[str, Any]:
             "primary": (v.get("primary") or {}).get("cause"),
             "primary_share": (v.get("primary") or {}).get("share"),
             "shares": v.get("shares") or {}, "unsure": v.get("unsure"),
-            "latency": latencies(cap), "settings": s}
+            "latency": latencies(cap), "settings": s, "missing": list(cap.missing)}
+
+
+def lacking(s: dict[str, Any]) -> list[str]:
+    """What a capture's column cannot show, and why (its missing inputs), a line each: said,
+    not left as a blank cell."""
+    why = "; ".join(s.get("missing") or []) or "its verdict has no evidence"
+    out = []
+    if s["throughput_MBps"] is None:
+        out.append(f"no throughput (missing: {why})")
+    if s["primary"] is None:
+        out.append(f"no verdict (missing: {why})")
+    return out
 
 
 def differing(sums: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -134,9 +147,14 @@ def text_table(sums: list[dict[str, Any]]) -> str:
     for k, vals in differing(sums).items():
         rows.append([k, *[_fmt(v) for v in vals]])
     rows.append(["throughput MB/s", *[
+        "missing" if s["throughput_MBps"] is None else
         _fmt(s["throughput_MBps"]) + (f" (x{s['throughput_MBps'] / base:.2f})"
                                       if base and s["throughput_MBps"] and i else "")
         for i, s in enumerate(sums)]])
+    rows.append(["limited by", *["missing" if s["primary"] is None else
+                                 f"{verdict.cause_words(s['primary'])} "
+                                 f"{(s['primary_share'] or 0) * 100:.0f}%"
+                                 + ("?" if s["unsure"] else "") for s in sums]])
     # causes in words (verdict.json keeps the ids): the primary's share marked '<-'
     causes = list(dict.fromkeys(c for s in sums for c in s["shares"]))
     rows.append(["share of the time, by cause ('<-' limited by, '?' unsure)",
@@ -194,5 +212,5 @@ def write_html(sums: list[dict[str, Any]], path: Path) -> Path:
             for k, vals in diff.items()) + "</ul>")
     parts.append(f"<img src='data:image/png;base64,{_figure(sums)}' style='max-width:100%'>")
     parts.append(f"<h2>Side by side</h2><pre>{e(rows)}</pre></body></html>")
-    path.write_text("\n".join(parts))
+    replace_text(path, "\n".join(parts))
     return path

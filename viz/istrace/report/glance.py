@@ -99,17 +99,18 @@ def help_list(v: dict[str, Any]) -> str:
 
 
 def caveats(v: dict[str, Any]) -> str:
-    """The verdict's caveats (verdict.json `caveats`), a short list right after the verdict.
-    An item that starts with a cause id ('tcp_window: ...') shows the cause's words."""
+    """The verdict's caveats (verdict.json `caveats`: each input check that failed, each cause
+    the capture could not split), right under the verdict, in words; the code as a tooltip."""
     items = []
     for c in v.get("caveats") or []:
-        text = str(c)
+        code, text = (str(c.get("code", "")), str(c.get("text", ""))) if isinstance(c, dict) \
+            else ("", str(c))
         head, sep, rest = text.partition(": ")
         if sep and cause_words(head) != head:
             text = f"{cause_words(head)}: {rest}"
-        items.append(f"<li>{e(text)}</li>")
-    return "<div class='caveats'><b>Caveats</b><ul>" + "".join(items) + "</ul></div>" \
-        if items else ""
+        items.append(f"<li title='{e(code)}'>{e(text)}</li>")
+    return ("<div class='caveats'><b>Caveats</b> (the verdict is read in their light)<ul>"
+            + "".join(items) + "</ul></div>") if items else ""
 
 
 def clock_sentence(clock: dict[str, Any], meta: dict[str, Any], note: str) -> str:
@@ -131,11 +132,11 @@ def clock_sentence(clock: dict[str, Any], meta: dict[str, Any], note: str) -> st
 
 def verdict_section(meta: dict[str, Any], v: dict[str, Any], warnings: list[str]) -> str:
     """The page's first section: the run, the verdict, the warnings that qualify it, the
-    causes, what would help, then the caveats."""
+    caveats, the causes, what would help."""
     parts = ["<section id='verdict'><h2>Verdict</h2>", headline(meta, v),
-             f"<p class='verdict'><b>Limited by:</b> {e(v['text'])}</p>"]
+             f"<p class='verdict'><b>Limited by:</b> {e(v['text'])}</p>", caveats(v)]
     for w in warnings:
         cls = "warn" if w.startswith("CAPTURE DROPS") else "note"
         parts.append(f"<div class='{cls}'>WARNING: {e(w)}</div>")
-    parts += [cause_table(v), help_list(v), caveats(v), "</section>"]
+    parts += [cause_table(v), help_list(v), "</section>"]
     return "\n".join(p for p in parts if p)

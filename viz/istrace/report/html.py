@@ -16,6 +16,7 @@ import pandas as pd
 from istrace.capture import layout
 from istrace.capture.load import Capture, load_capture
 from istrace.capture.outputs import write_verdict
+from istrace.capture.swapwrite import replace_text
 from istrace.measure.spans import data_spans
 from istrace.plot.render import (
     KINDS,
@@ -78,7 +79,7 @@ def write_html(cap: Capture, diag: dict[str, Any], plots_made: dict[str, list[Pa
         if png:
             parts.append(f"<h2>{e(TITLES.get(kind, kind))}</h2>{_img(png[0])}")
     parts.append("</body></html>")
-    path.write_text("\n".join(parts))
+    replace_text(path, "\n".join(parts))
 
 
 def _track_alone(cap: Capture, out: Path) -> Any:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from istrace.capture import segtable
 from istrace.capture.labels import is_, object_labels
 from istrace.capture.load import merged_blocks
+from istrace.capture.swapwrite import replacing
 from istrace.measure.spans import SPAN_COLUMNS
 from pandas.api.types import union_categoricals
 
@@ -224,7 +225,7 @@ def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame |
     t0 = min(starts) if starts else 0
     n = 0
     used: set[tuple[str, str]] = set()
-    with open(path, "wb") as f:
+    with replacing(path) as tmp, open(tmp, "wb") as f:
         f.write(b'{"traceEvents":[')
         # json.dumps (the C encoder) a chunk at a time: json.dump's pure-Python encoder
         # took half a minute on a million events; a chunk's dicts at a time (a minute's

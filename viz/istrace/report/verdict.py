@@ -16,11 +16,12 @@ from istrace.capture.load import Capture
 from istrace.capture.meta import meta_number, one_way_ms
 from istrace.capture.segsource import payload_slices
 from istrace.capture.slices import SLICE_ROWS
+from istrace.measure.bursts import burst_gap_threshold, data_bursts, peak_rate
 from istrace.measure.direction import data_dir, sender_segs
 from istrace.measure.outstanding import outstanding, outstanding_ceiling, resp_times
 from istrace.measure.payload import payload_totals
 from istrace.measure.spans import SpanArrays, data_spans, spans_frame
-from istrace.report import accounting
+from istrace.report import accounting, checks
 from istrace.report.advice import what_would_help
 from istrace.system import freed
 from istrace.track import tracker as track
@@ -82,7 +83,25 @@ AMBIGUOUS = {
 
 
 def capacity(cap: Capture) -> tuple[float | None, str]:
-    """Bytes/s of payload the path can carry, and where that figure comes from."""
+    """Bytes/s of payload the path can carry, and where that figure comes from, as the checks
+    before the verdict leave it (unknown when the capture contradicts the estimate)."""
+    return inputs_checked(cap).capacity
+
+
+def inputs_checked(cap: Capture) -> checks.Checked:
+    """The cross-checks of the capture's inputs (istrace.report.checks), given the measures
+    of its data they hold the capacity figure to."""
+    def peak() -> float | None:  # the report's "peak burst rate" (bursts made once, cached)
+        d = data_dir(cap)
+        segs = sender_segs(cap, d)
+        return None if segs is None or segs.empty else \
+            peak_rate(data_bursts(segs, d, burst_gap_threshold(segs, d)))
+    return checks.of(cap, lambda: path_capacity(cap), peak)
+
+
+def path_capacity(cap: Capture) -> tuple[float | None, str]:
+    """Bytes/s of payload the path can carry, and where that figure comes from: the run's
+    settings (meta.json), else an estimate from the capture (checks holds it to the bursts)."""
     tb = cap.meta.get("testbed") if isinstance(cap.meta.get("testbed"), dict) else {}
     rates = [float(r) for r in ((tb or {}).get("rate_mbit"), (tb or {}).get("nic_rate_mbit"))
              if isinstance(r, int | float) and r > 0]
@@ -99,7 +118,7 @@ def capacity(cap: Capture) -> tuple[float | None, str]:
         return None, "unknown (the testbed's path has no rate limit: the hosts set the pace)"
     est = dispersion_capacity(cap)
     if est:
-        return est, "estimated from packet dispersion at the receiver"
+        return est, checks.ESTIMATED
     return None, "unknown"
 
 
@@ -385,14 +404,17 @@ def cpu_near(primary: str, cpu: dict[str, float]) -> str | None:
 
 def decide(cap: Capture) -> dict[str, Any]:
     """The verdict as a dict (the content of verdict.json)."""
+    found = inputs_checked(cap)  # each failed check makes the verdict unsure
     out: dict[str, Any] = {"schema": SCHEMA, "primary": None, "secondary": [], "shares": {},
                            "unsure": True, "unsure_why": [], "help": [],
-                           "missing": list(cap.missing), "evidence": {}}
+                           "missing": list(dict.fromkeys([*cap.missing, *found.missing])),
+                           "caveats": [c.as_dict() for c in found.caveats], "evidence": {}}
     acc = account(cap)
     if acc is None or not acc.time_ns:
         out["primary"] = {"cause": "unknown", "layer": "unknown", "share": None,
                           "text": "unknown (no data segments to account)"}
         out["unsure_why"].append("no data segments in either pcap")
+        out["unsure_why"] += [c.text for c in found.caveats]
         out["text"] = "unknown (no data segments)."
         return out
     shares = acc.shares()
@@ -401,7 +423,7 @@ def decide(cap: Capture) -> dict[str, Any]:
     out["shares"] = {k: round(v, 4) for k, v in shares.items()}
     out["span_s"] = acc.span_ns / 1e9
     out["notes"] = acc.notes
-    unsure = list(dict.fromkeys(acc.unsure))
+    unsure = list(dict.fromkeys([*acc.unsure, *(c.text for c in found.caveats)]))
 
     ranked = [k for k in shares if k != "sending_unexplained"] + \
         (["sending_unexplained"] if "sending_unexplained" in shares else [])
@@ -418,9 +440,9 @@ def decide(cap: Capture) -> dict[str, Any]:
     if share - runner_up < 0.1:
         unsure.append(f"two causes hold nearly equal shares ({share * 100:.0f}% and "
                       f"{runner_up * 100:.0f}%)")
-    caveats = [f"{k}: {AMBIGUOUS[k]}" for k in ranked[1:]
-               if k in AMBIGUOUS and shares[k] >= SECONDARY]
-    out["caveats"] = caveats
+    # a secondary cause the capture could not split: a caveat, not a reason to be unsure
+    out["caveats"] += [{"code": k, "text": AMBIGUOUS[k]} for k in ranked[1:]
+                       if k in AMBIGUOUS and shares[k] >= SECONDARY]
     layer, words = CAUSES.get(primary, ("unknown", primary))
     out["primary"] = {"cause": primary, "layer": layer, "share": round(share, 4),
                       "text": words}
