@@ -41,6 +41,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -389,8 +390,10 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
     # CPU (forked.start), the merger's longest steps.
     say("merge: the clock's segments of " + " and ".join(seg_bins)
         + (f" ({bound / 2 ** 64:.0%} of the keys)" if bound is not None else ""))
-    walks = {h: forked.start(lambda h=h: segment_pass.first_copies(
-        segment_pass.clock_sample(seg_bins[h], ports, bound))) for h in seg_bins}
+    def walk(h: str) -> pd.DataFrame:
+        return segment_pass.first_copies(segment_pass.clock_sample(seg_bins[h], ports, bound))
+
+    walks = {h: forked.start(partial(walk, h)) for h in seg_bins}
     # the probe events read here meanwhile (tens of MB of JSON at full rate), a block at a
     # time into the merge's scratch files: the clock must be known before they are placed
     _remove_stale_scratch(d)
@@ -408,17 +411,17 @@ def merge_dir(d: Path, ports: tuple[int, ...] | None = None, offset_override: in
         del sample
         # the PDUs' tie columns and the commands, read once the clock's matching (the merge's
         # peak) is done with its sample
-        decoded = {h: load_decoded(decoderun.decoded_dir(d, h), ties=h == "initiator")
-                   for h in HOSTS}
+        tables = {h: load_decoded(decoderun.decoded_dir(d, h), ties=h == "initiator")
+                  for h in HOSTS}
         freed.give_back()  # what reading them freed, before the segment writers are forked
         if clock.offset_ns is None:
             notes.append("clock offset unknown (no segment seen at both ends): target times "
                          "are NOT moved; ts_ns_merged = ts_ns for both hosts")
         off = int(clock.offset_ns or 0)
         slack = max(attribution.SLACK_NS, 2 * int(clock.bound_ns or 0))
-        if not staged and not seg_bins and not any(_has_pdus(x) for x in decoded.values()):
+        if not staged and not seg_bins and not any(_has_pdus(x) for x in tables.values()):
             raise MergeError(f"{d}: nothing to merge (no events, no pcaps)")
-        n_rows, counts = _merge_all(d, staged, decoded, seg_bins, ports, off, slack,
+        n_rows, counts = _merge_all(d, staged, tables, seg_bins, ports, off, slack,
                                     write_csv, notes, scratch, say)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -492,8 +495,8 @@ def _merge_all(d: Path, staged: dict[str, Path], decoded: dict[str, Decoded],
     # each host's segments tied to their commands (its own table), beside the events' join
     for h in seg_bins:
         say(f"merge: {h}'s segments on the common clock, tied to their commands")
-    segs = {h: forked.start(lambda h=h: segment_pass.tie_segments(
-        d, seg_bins[h], h, ports, off, index, say, publish=False)) for h in seg_bins}
+    segs = {h: forked.start(partial(segment_pass.tie_segments, d, seg_bins[h], h, ports, off,
+                                    index, say, publish=False)) for h in seg_bins}
     try:
         n_rows, counts = _write_merged(d, staged, decoded, tie, off, write_csv, notes,
                                        scratch, say)

@@ -65,8 +65,9 @@ _SEG_TRAILER = np.dtype([("magic", "S8"), ("row_bytes", "<u4"), ("n_addrs", "<u4
                          ("n_endpoints", "<u4")])
 _SEG_MAGIC = b"ISTSEGS2"
 # where each column starts in a block, in values of one byte per row before it
-_SEG_PREFIX = {name: sum(SEG_FIELDS[m].itemsize for m in SEG_FIELDS.names[:i])
-               for i, name in enumerate(SEG_FIELDS.names)}
+_SEG_NAMES: tuple[str, ...] = SEG_FIELDS.names or ()  # a structured dtype: never None
+_SEG_PREFIX = {name: sum(SEG_FIELDS[m].itemsize for m in _SEG_NAMES[:i])
+               for i, name in enumerate(_SEG_NAMES)}
 
 def memory_type(column: str) -> type:
     """The type a segments column is held in (read_segments and istrace.capture.segsource)."""
@@ -139,7 +140,7 @@ class SegmentBlocks:
         if self._map is None:
             with open(self.path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        out = {c: np.empty(b - a, memory_type(c)) for c in columns}
+        out: dict[str, np.ndarray] = {c: np.empty(b - a, memory_type(c)) for c in columns}
         first, last = a // self._block, (b - 1) // self._block
         for k in range(first, last + 1):
             start = k * self._block

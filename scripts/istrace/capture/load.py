@@ -380,11 +380,12 @@ def _capture_drop_warnings(cap: Capture) -> None:
                             "(usually the last ones, still queued when tcpdump stopped)")
     path = cap.meta.get("path_stats")
     if isinstance(path, dict):
-        lost = {k: v for k, v in _flat(path).items() if "drop" in k and isinstance(
+        path_lost = {k: v for k, v in _flat(path).items() if "drop" in k and isinstance(
             v, int | float) and v > 0}
-        if lost:
+        if path_lost:
             cap.warnings.append("emulated path dropped packets (network loss, not capture "
-                                "loss): " + ", ".join(f"{k}={int(v)}" for k, v in lost.items()))
+                                "loss): " + ", ".join(f"{k}={int(v)}"
+                                                      for k, v in path_lost.items()))
 
 
 def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:

@@ -50,7 +50,7 @@ class Segments:
         ask for the same pass over millions of rows (the payload per connection: five)."""
         if key not in self._memo:
             self._memo[key] = make()
-        return self._memo[key]  # type: ignore[no-any-return]
+        return self._memo[key]
 
     def __len__(self) -> int:
         raise NotImplementedError

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 from istrace.capture import layout, place
@@ -45,16 +47,17 @@ def summary(res: track.TrackResult) -> str:
             part.append(f"cwnd max {top['cwnd']:.0f} seg")
         if top["inflight_bytes"] is not None:
             part.append(f"in flight max {top['inflight_bytes'] / 1024:.0f} KiB")
-        rtt = s.order_stats("rtt_us", **where)
+        rtt = s.order_stats("rtt_us", (), **where)
         if rtt.n:
             part.append(f"RTT median {rtt.median:.0f} us")
-        elif (srtt := s.order_stats("srtt_us", **where)).n:
+        elif (srtt := s.order_stats("srtt_us", (), **where)).n:
             part.append(f"srtt median {srtt.median:.0f} us")
         lines.append(", ".join(part))
     ev = res.events.read(["dir", "kind"])
     if not ev.empty:
-        counts = ev.groupby(["dir", "kind"], observed=True).size()
-        lines.append("marks: " + ", ".join(f"{d} {k}={n}" for (d, k), n in counts.items()))
+        counts = cast("Iterable[tuple[tuple[str, str], int]]",  # keyed by (dir, kind)
+                      ev.groupby(["dir", "kind"], observed=True).size().items())
+        lines.append("marks: " + ", ".join(f"{d} {k}={n}" for (d, k), n in counts))
     st = track.state_time(res)
     for _, r in st[st["state"] != "Open"].iterrows():
         lines.append(f"state {r['state']} ({r['source']}, {r['dir']}): {r['intervals']} "

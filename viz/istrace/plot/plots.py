@@ -33,6 +33,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 KIND_COLORS = {"SCSI Command": "tab:blue", "SCSI Data-In": "tab:green",
                "SCSI Data-Out": "tab:olive", "R2T": "tab:purple",
@@ -65,7 +66,7 @@ def empty_figure(title: str, why: str) -> Figure:
     return fig
 
 
-def _ms(t: np.ndarray | pd.Series, t0: int) -> np.ndarray:
+def _ms(t: np.ndarray | pd.Series | list[float], t0: int) -> np.ndarray:
     return (np.asarray(t, dtype=np.float64) - t0) / 1e6
 
 
@@ -87,6 +88,7 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
     fig, ax = plt.subplots(figsize=(8.5, min(3 + 0.32 * len(sel), 14)))
     xi, xt = 0.0, 1.0
     arrow_labels: list[tuple[Any, list[tuple[float, float]]]] = []
+    r: Any  # a row's fields (pandas-stubs type them as any scalar at all)
     for r in sel.itertuples():
         i2t = r.dir == "i2t"
         xs, xr = (xi, xt) if i2t else (xt, xi)
@@ -126,7 +128,8 @@ def ladder(rows: pd.DataFrame, window: tuple[int, int] | None = None,
     # Label only the gaps that matter at this zoom: the 15 longest above 2% of the window.
     labelled = set(gaps[gaps["gap_ns"] >= 0.02 * (w1 - w0)].nlargest(15, "gap_ns").index)
     _bars(ax, bx, _ms(gaps["start_ns"], t0), _ms(gaps["end_ns"], t0), color="0.6", alpha=0.5)
-    idle_labels = []
+    idle_labels: list[tuple[Any, list[tuple[float, float]]]] = []
+    g: Any  # a row's fields, as r's above
     for g in gaps.itertuples():
         if g.Index not in labelled:
             continue
@@ -455,7 +458,9 @@ def outstanding_plot(series: pd.DataFrame, title: str = "Commands outstanding") 
     ax.set_xlabel("time [ms]")
     ax.set_ylabel("commands outstanding")
     ax.set_ylim(0, ceil["max"] * 1.25 + 0.5)
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    locator = ax.yaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # the default, AutoLocator, is one
+        locator.set_params(integer=True)
     ax.legend(loc="upper right", fontsize=8)
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -59,8 +59,9 @@ def workload_settings(command: str) -> dict[str, Any]:
 
 
 def settings(meta: dict[str, Any]) -> dict[str, Any]:
-    tb = meta.get("testbed") if isinstance(meta.get("testbed"), dict) else {}
-    out = {f"testbed {k}": tb[k] for k in TESTBED_KEYS if k in (tb or {})}
+    got = meta.get("testbed")
+    tb: dict[str, Any] = got if isinstance(got, dict) else {}
+    out = {f"testbed {k}": tb[k] for k in TESTBED_KEYS if k in tb}
     wl = meta.get("workload")
     if isinstance(wl, dict) and wl.get("command"):
         out.update(workload_settings(str(wl["command"])))

@@ -149,7 +149,7 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
     `most` of them: the file is in time order), then the TCP segments from the start as many
     as `most` leaves room for (read no further: a full-rate capture has tens of millions);
     without merged.parquet, the decoded PDUs and the raw probe events."""
-    parts = []
+    parts: list[dict[str, Any]] = []
     if "ts_ns_merged" in cap.merged_columns:
         # a row group at a time (a minute's 430 000 rows read whole left 13 MB of this
         # process resident under the trace's writing); labels stay categorical: a million
@@ -184,23 +184,23 @@ def merged_instants(cap: Any, most: int = MAX_INSTANTS) -> pd.DataFrame:
             del first
         for host, t in net:
             parts.append({"ts_ns": t, **{c: object_labels(pd.Categorical.from_codes(
-                np.zeros(len(t), np.int8), [v])) for c, v in (("host", host), ("layer", "net"),
-                                                              ("event", "segment"))}})
+                np.zeros(len(t), np.int8), pd.Index([v])))
+                for c, v in (("host", host), ("layer", "net"), ("event", "segment"))}})
         del net
         ts = np.concatenate([p.pop("ts_ns") for p in parts])
         order = np.argsort(ts, kind="stable")
         return pd.DataFrame({"ts_ns": ts[order],
                              **{c: union_categoricals([p[c] for p in parts])[order]
                                 for c in ("host", "layer", "event")}})
-    parts = [pdu_instants(cap.pdus, cap.offset_ns)]
+    frames = [pdu_instants(cap.pdus, cap.offset_ns)]
     ev = cap.all_events()
     if ev is not None and not ev.empty:
         ev = ev[~is_(ev["layer"], "meta")]
         ts = ev["ts_ns"].astype(np.int64) - np.where(ev["host"] == "target", cap.offset_ns, 0)
-        parts.append(pd.DataFrame({"ts_ns": ts, "host": ev["host"].astype(object),
+        frames.append(pd.DataFrame({"ts_ns": ts, "host": ev["host"].astype(object),
                                    "layer": ev["layer"].astype(object),
                                    "event": ev["event"].astype(object)}))
-    return pd.concat([p for p in parts if not p.empty] or [parts[0]], ignore_index=True)
+    return pd.concat([p for p in frames if not p.empty] or [frames[0]], ignore_index=True)
 
 
 def write_trace(path: Path, spans: pd.DataFrame | None, instants: pd.DataFrame | None,
