@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from istrace.system import paths
@@ -18,3 +20,12 @@ def tb() -> Iterator[Bed]:
     # ports (derived from the name) stay below tgtd's limit of 32767
     with testbed_mod.Testbed(testbed_mod.TestbedConfig(name="gena", lun_mb=64)) as bed:
         yield bed
+
+
+@pytest.fixture(scope="module")
+def sanitized_gen() -> str:
+    """istrace-gen built with ASan/UBSan (make -C initiator-gen istrace-gen-san)."""
+    root = Path(paths.binary("istrace-gen")).parent
+    subprocess.run(["make", "-s", "-C", str(root), "istrace-gen-san"], check=True, timeout=300,
+                   capture_output=True)
+    return str(root / "istrace-gen-san")

@@ -80,13 +80,6 @@ def _bytes(size: str) -> int:
     return int(size[:-1]) << {"k": 10, "M": 20}[size[-1]]
 
 
-@pytest.fixture(scope="module")
-def sanitized_gen() -> str:
-    root = Path(gen_binary()).parent
-    subprocess.run(["make", "-s", "-C", str(root), "istrace-gen-san"], check=True, timeout=300,
-                   capture_output=True)
-    return str(root / "istrace-gen-san")
-
 
 @pytest.mark.parametrize(("size", "qd"), [("4M", "8"), ("64k", "32"), ("4k", "8")])
 def test_dropping_path_under_sanitizers(tb: Bed, sanitized_gen: str, size: str,

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from fake_target import FakeTarget
@@ -53,14 +52,6 @@ def test_fake_target_faults(mode: str, code: int, text: str) -> None:
     assert text in err
     assert s["exit"] == code and text in s["error"]
 
-
-@pytest.fixture(scope="module")
-def sanitized_gen() -> str:
-    """istrace-gen built with ASan/UBSan (make -C initiator-gen istrace-gen-san)."""
-    root = Path(gen_binary()).parent
-    subprocess.run(["make", "-s", "-C", str(root), "istrace-gen-san"], check=True, timeout=300,
-                   capture_output=True)
-    return str(root / "istrace-gen-san")
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,3 +72,16 @@ def working(prog: str, d: Path, into_capture: bool = True) -> Iterator[Path]:
         print(f"{prog}: {note}", file=sys.stderr)
     with lock.held(work, prog):
         yield work
+
+
+def analyse(prog: str, text: str, run: Callable[[Path], int]) -> int:
+    """run(the directory to work in) for the capture directory `text`, under its lock; 2
+    after one line when `text` is no directory or the derived files have nowhere to go."""
+    d = capture_dir(prog, text)
+    if d is None:
+        return 2
+    try:
+        with working(prog, d) as work:
+            return run(work)
+    except NoPlace:
+        return 2

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from istrace.capture import clockfile, layout
-from istrace.cli.analysis_args import NoPlace, capture_dir, parse, ports_of, working
+from istrace.cli.analysis_args import analyse, parse, ports_of
 from istrace.merge.merger import MergeError, MergeResult, merge_dir
 
 
@@ -28,14 +28,7 @@ def main(argv: list[str]) -> int:
     csv.add_argument("--no-csv", dest="csv", action="store_const", const=False,
                      help="write only merged.parquet")
     a = parse(ap, argv)
-    d = capture_dir("istrace merge", str(a.dir))
-    if d is None:
-        return 2
-    try:
-        with working("istrace merge", d) as work:
-            return _merge(work, a)
-    except NoPlace:
-        return 2
+    return analyse("istrace merge", str(a.dir), lambda work: _merge(work, a))
 
 
 def _merge(d: Path, a: argparse.Namespace) -> int:

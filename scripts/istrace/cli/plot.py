@@ -15,7 +15,7 @@ from pathlib import Path
 
 from istrace.capture import layout
 from istrace.capture.load import EmptyCapture
-from istrace.cli.analysis_args import NoPlace, capture_dir, parse, ports_of, working
+from istrace.cli.analysis_args import analyse, parse, ports_of
 from istrace.plot.render import KINDS, make_plots
 from istrace.track.of_capture import load_tracked
 
@@ -28,20 +28,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--window", help="time window START_MS:END_MS from the first record")
     ap.add_argument("--no-svg", action="store_true", help="PNG only")
     args = parse(ap, argv)
-    d = capture_dir("istrace plot", args.dir)
-    if d is None:
-        return 2
     kinds = KINDS if args.kind == "all" else [k.strip() for k in args.kind.split(",")]
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         print(f"istrace plot: unknown kind {bad[0]!r} (choose from {', '.join(KINDS)}, all)",
               file=sys.stderr)
         return 2
-    try:
-        with working("istrace plot", d) as work:
-            return _plot(work, args, kinds)
-    except NoPlace:
-        return 2
+    return analyse("istrace plot", args.dir, lambda work: _plot(work, args, kinds))
 
 
 def _plot(d: Path, args: argparse.Namespace, kinds: list[str]) -> int:

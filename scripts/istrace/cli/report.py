@@ -18,7 +18,7 @@ from pathlib import Path
 
 from istrace.capture import decoderun, layout, stamps
 from istrace.capture.meta import capture_ports
-from istrace.cli.analysis_args import NoPlace, capture_dir, parse, ports_of, working
+from istrace.cli.analysis_args import analyse, parse, ports_of
 from istrace.system.paths import MissingBinary
 
 
@@ -67,14 +67,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-merge", action="store_true",
                     help="do not run istrace merge first when merged.parquet is absent")
     args = parse(ap, argv)
-    d = capture_dir("istrace report", args.dir)
-    if d is None:
-        return 2
-    try:
-        with working("istrace report", d) as work:
-            return _report(work, args)
-    except NoPlace:
-        return 2
+    return analyse("istrace report", args.dir, lambda work: _report(work, args))
 
 
 def _report(d: Path, args: argparse.Namespace) -> int:
