@@ -86,9 +86,9 @@ def of(cap: Capture, capacity: Capacity, burst_peak: Callable[[], float | None])
 def _check(cap: Capture, capacity: Capacity, burst_peak: Callable[[], float | None]) -> Checked:
     out = Checked()
     out.caveats += _meta(cap)
-    out.caveats += _pcaps(cap)
-    out.missing += [f"the rest of {c.text.split()[0]} (it ends early)" for c in out.caveats
-                    if c.code == "pcap_ends_early"]
+    for host, caveat in _pcaps(cap):
+        out.caveats.append(caveat)
+        out.missing.append(f"the rest of {host}.pcap (it ends early)")
     out.caveats += _counts(cap)
     out.caveats += _apart(cap)
     for path in layout.events_files(cap.dir):
@@ -113,16 +113,17 @@ def _meta(cap: Capture) -> list[Caveat]:
     return []
 
 
-def _pcaps(cap: Capture) -> list[Caveat]:
+def _pcaps(cap: Capture) -> list[tuple[str, Caveat]]:
+    """Each host whose pcap the decoder found cut short, with its caveat."""
     out = []
     for host in layout.HOSTS:
         said = decoderun.ends_early(decoderun.decoded_dir(cap.dir, host)) \
             if layout.pcap(cap.dir, host).is_file() else None
         if said:  # "istrace-decode: PATH: capture ends early (WHY); ...": its WHY
             why = said.split("capture ends early", 1)[1].split(";")[0].strip(" ()")
-            out.append(Caveat("pcap_ends_early", f"{host}.pcap ends early, cut short "
-                              f"(istrace-decode: {why}): the packets after the cut are "
-                              "missing"))
+            out.append((host, Caveat("pcap_ends_early", f"{host}.pcap ends early, cut short "
+                                     f"(istrace-decode: {why}): the packets after the cut "
+                                     "are missing")))
     return out
 
 
